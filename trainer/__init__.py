@@ -1,0 +1,1 @@
+"""What torchrun runs: the training engine. Knows nothing of HTTP, SQL or Redis."""
