@@ -1,0 +1,1 @@
+"""torchyard HTTP API (FastAPI): routes, auth, request/response models."""

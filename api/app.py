@@ -1,0 +1,42 @@
+"""The FastAPI application."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from api import errors
+from api.routes import health, jobs
+from jobs.db import get_engine, init_db
+from jobs.queue import redis_client
+from jobs.settings import Settings, get_settings
+
+log = logging.getLogger(__name__)
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or get_settings()
+    if not settings.admin_token:
+        raise RuntimeError("TORCHYARD_ADMIN_TOKEN is not set: the API refuses to start without an admin key")
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        init_db(app.state.engine)
+        yield
+
+    app = FastAPI(
+        title="torchyard",
+        version="0.1.0",
+        description="Run PyTorch distributed training jobs (DDP / FSDP2 under torchrun) over HTTP.",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.engine = get_engine(settings.database_url)
+    app.state.redis = redis_client(settings.redis_url)
+    errors.install(app)
+    app.include_router(health.router)
+    app.include_router(jobs.router)
+    return app

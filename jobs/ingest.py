@@ -1,0 +1,77 @@
+"""Events from a run directory's events.jsonl into SQL, idempotently.
+
+Events at or below the job's ``last_seq`` were already stored and are skipped; metric
+points are keyed by (job, name, step), so an attempt that resumes from a checkpoint and
+replays later steps overwrites them instead of duplicating. The high-water mark and the
+rows commit together, so a crash between batches loses or doubles nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlmodel import Session, SQLModel
+
+from jobs.models import Checkpoint, Job, MetricPoint
+
+log = logging.getLogger(__name__)
+
+
+def _upsert(session: Session, model: type[SQLModel], rows: list[dict[str, Any]], keys: list[str], update: list[str]) -> None:
+    if not rows:
+        return
+    dialect = session.get_bind().dialect.name
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    stmt = insert(model).values(rows)  # type: ignore[arg-type]
+    if update:
+        stmt = stmt.on_conflict_do_update(index_elements=keys, set_={c: stmt.excluded[c] for c in update})
+    else:
+        stmt = stmt.on_conflict_do_nothing(index_elements=keys)
+    session.exec(stmt)  # type: ignore[call-overload]
+
+
+def ingest_events(session: Session, job_id: str, events: list[dict[str, Any]]) -> int:
+    """Store new events of ``job_id``; returns how many were new. Commits."""
+    last_seq = session.exec(sa.select(Job.last_seq).where(Job.id == job_id)).scalar_one()  # type: ignore[call-overload]
+    fresh = [e for e in events if isinstance(e.get("seq"), int) and e["seq"] > last_seq]
+    if not fresh:
+        return 0
+    metrics: dict[tuple[str, int], dict[str, Any]] = {}
+    checkpoints: dict[int, dict[str, Any]] = {}
+    latest: dict[str, float] = {}
+    last_step: int | None = None
+    for event in fresh:
+        kind, step = event.get("type"), event.get("step")
+        if kind == "metric" and isinstance(step, int):
+            for name, value in (event.get("values") or {}).items():
+                if isinstance(value, (int, float)):
+                    metrics[(name, step)] = {
+                        "job_id": job_id, "name": name, "step": step, "epoch": event.get("epoch"),
+                        "value": float(value), "time": float(event.get("time", 0.0)), "seq": event["seq"],
+                    }
+                    latest[name] = float(value)
+            last_step = step if last_step is None else max(last_step, step)
+        elif kind == "checkpoint" and isinstance(step, int) and isinstance(event.get("path"), str):
+            details = {k: v for k, v in event.items() if k not in {"seq", "time", "type", "step", "epoch", "path"}}
+            checkpoints[step] = {
+                "job_id": job_id, "step": step, "epoch": event.get("epoch"), "path": event["path"],
+                "seq": event["seq"], "details": details,
+            }
+    rows = list(metrics.values())
+    for start in range(0, len(rows), 1000):
+        _upsert(session, MetricPoint, rows[start:start + 1000], ["job_id", "name", "step"], ["value", "epoch", "time", "seq"])
+    _upsert(session, Checkpoint, list(checkpoints.values()), ["job_id", "step"], ["path", "epoch", "seq", "details"])
+
+    job = session.get(Job, job_id)
+    assert job is not None
+    job.last_seq = max(e["seq"] for e in fresh)
+    if last_step is not None:
+        job.last_step = max(job.last_step or 0, last_step)
+    if latest:
+        job.latest_metrics = {**job.latest_metrics, **latest}
+    session.add(job)
+    session.commit()
+    return len(fresh)

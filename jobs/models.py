@@ -1,0 +1,158 @@
+"""SQL tables. The job table is the source of truth; Redis only carries work and live signals."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from datetime import datetime, timezone
+from enum import Enum
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.types import TypeDecorator
+from sqlmodel import JSON, Column, Field, SQLModel
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def new_job_id() -> str:
+    # Millisecond prefix keeps ids sortable by creation time, which cursor pagination relies on.
+    return f"{int(time.time() * 1000):012x}{secrets.token_hex(6)}"
+
+
+class UTCDateTime(TypeDecorator):
+    """Aware UTC datetimes on both SQLite (which has no time zones) and PostgreSQL."""
+
+    impl = sa.DateTime
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is not None and value.tzinfo is not None:
+            value = value.astimezone(timezone.utc).replace(tzinfo=None)
+        return value
+
+    def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
+        return value.replace(tzinfo=timezone.utc) if value is not None else None
+
+
+def _ts(nullable: bool = True, index: bool = False) -> Any:
+    return Field(default=None, sa_column=Column(UTCDateTime(), nullable=nullable, index=index))
+
+
+class Status(str, Enum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    CANCELLING = "cancelling"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL
+
+
+TERMINAL = frozenset({Status.SUCCEEDED, Status.FAILED, Status.CANCELLED})
+
+
+class ErrorType(str, Enum):
+    SPEC = "spec_error"
+    OOM = "out_of_memory"
+    TRAINING = "training_error"
+    USER_CODE = "user_code_error"
+    TIMEOUT = "timeout"
+    WORKER_LOST = "worker_lost"
+    PREEMPTED = "preempted"
+    STALLED = "stalled"
+    INTERNAL = "internal_error"
+
+
+class Job(SQLModel, table=True):
+    __tablename__ = "jobs"
+    __table_args__ = (sa.Index("ix_jobs_owner_id", "owner", "id"), sa.Index("ix_jobs_status_queue", "status", "queue"))
+
+    id: str = Field(default_factory=new_job_id, primary_key=True, max_length=32)
+    owner: str = Field(index=True, max_length=64)
+    name: str = Field(index=True, max_length=64)
+    kind: str = Field(default="catalog", max_length=16)
+    status: str = Field(default=Status.QUEUED.value, max_length=16)
+    queue: str = Field(default="default", max_length=64)
+    spec: dict[str, Any] = Field(sa_column=Column(JSON, nullable=False))
+    labels: dict[str, str] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+
+    attempt: int = 1
+    max_attempts: int = 1
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False))
+    updated_at: datetime = Field(default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False))
+    started_at: datetime | None = _ts()
+    finished_at: datetime | None = _ts()
+
+    worker_id: str | None = Field(default=None, max_length=128)
+    run_dir: str | None = Field(default=None, max_length=1024)
+    lease_expires_at: datetime | None = _ts(index=True)
+
+    last_seq: int = 0
+    last_step: int | None = None
+    latest_metrics: dict[str, float] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+
+    exit_code: int | None = None
+    error_type: str | None = Field(default=None, max_length=32)
+    error_message: str | None = Field(default=None, sa_column=Column(sa.Text))
+    error_traceback: str | None = Field(default=None, sa_column=Column(sa.Text))
+
+
+class Transition(SQLModel, table=True):
+    __tablename__ = "job_transitions"
+
+    id: int | None = Field(default=None, primary_key=True)
+    job_id: str = Field(foreign_key="jobs.id", index=True, max_length=32)
+    at: datetime = Field(default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False))
+    from_status: str = Field(max_length=16)
+    to_status: str = Field(max_length=16)
+    attempt: int
+    reason: str = Field(default="", sa_column=Column(sa.Text, nullable=False))
+
+
+class Attempt(SQLModel, table=True):
+    """One whole-job attempt: a torchrun launch (with its own in-attempt restarts)."""
+
+    __tablename__ = "job_attempts"
+
+    job_id: str = Field(foreign_key="jobs.id", primary_key=True, max_length=32)
+    attempt: int = Field(primary_key=True)
+    worker_id: str | None = Field(default=None, max_length=128)
+    started_at: datetime = Field(default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False))
+    finished_at: datetime | None = _ts()
+    outcome: str | None = Field(default=None, max_length=16)
+    exit_code: int | None = None
+    error_type: str | None = Field(default=None, max_length=32)
+    resumed_from_step: int | None = None
+
+
+class MetricPoint(SQLModel, table=True):
+    """One metric value at one step. Keyed by step, not seq, so a resumed attempt that
+    replays steps after its checkpoint overwrites instead of duplicating."""
+
+    __tablename__ = "job_metrics"
+
+    job_id: str = Field(foreign_key="jobs.id", primary_key=True, max_length=32)
+    name: str = Field(primary_key=True, max_length=128)
+    step: int = Field(primary_key=True)
+    epoch: int | None = None
+    value: float
+    time: float
+    seq: int
+
+
+class Checkpoint(SQLModel, table=True):
+    __tablename__ = "job_checkpoints"
+
+    job_id: str = Field(foreign_key="jobs.id", primary_key=True, max_length=32)
+    step: int = Field(primary_key=True)
+    epoch: int | None = None
+    path: str = Field(max_length=1024)
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False))
+    seq: int
+    details: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))

@@ -1,0 +1,49 @@
+"""All configuration, from ``TORCHYARD_*`` environment variables. No other module reads the environment for settings."""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from trainer.spec import SpecLimits
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="TORCHYARD_", env_file=None, extra="ignore")
+
+    database_url: str = Field("sqlite:///./var/torchyard.db", description="SQLAlchemy URL; PostgreSQL as postgresql+psycopg://...")
+    redis_url: str = "redis://localhost:6379/0"
+    runs_dir: Path = Path("./var/runs")
+    data_dir: Path = Path("./var/data")
+    code_dir: Path = Path("./var/code")
+    admin_token: str | None = Field(None, description="Bearer token of the admin owner; required by the API.")
+
+    worker_queues: Annotated[list[str], NoDecode] = Field(default_factory=lambda: ["default"])
+    worker_id: str | None = Field(None, description="Defaults to hostname:pid.")
+    max_nproc_per_node: int = Field(default_factory=lambda: os.cpu_count() or 1, ge=1)
+    max_nnodes: int = Field(64, ge=1)
+
+    lease_ttl_s: float = Field(30.0, gt=0)
+    poll_interval_s: float = Field(0.5, gt=0, description="Supervisor loop period: tail events, heartbeat, check cancel.")
+    stop_grace_s: float = Field(30.0, ge=0, description="SIGTERM to SIGKILL, time for the trainer to checkpoint.")
+    ingest_batch: int = Field(500, ge=1)
+
+    @field_validator("worker_queues", mode="before")
+    @classmethod
+    def _split_queues(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [q.strip() for q in value.split(",") if q.strip()]
+        return value
+
+    def spec_limits(self) -> SpecLimits:
+        return SpecLimits(max_nproc_per_node=self.max_nproc_per_node, max_nnodes=self.max_nnodes, data_dir=self.data_dir)
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return Settings()

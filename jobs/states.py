@@ -1,0 +1,80 @@
+"""The job state machine. Every status change goes through ``transition``.
+
+Each change is one guarded UPDATE (``WHERE id = :id AND status = :seen``) plus a row in
+the transitions table, in one transaction, so an API cancel, a worker finish and the
+reconciler can race without clobbering each other: exactly one of them wins.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+import sqlalchemy as sa
+from sqlmodel import Session
+
+from jobs.models import Job, Status, Transition, utcnow
+
+log = logging.getLogger(__name__)
+
+ALLOWED: dict[Status, frozenset[Status]] = {
+    Status.QUEUED: frozenset({Status.RUNNING, Status.CANCELLED, Status.FAILED}),
+    Status.RUNNING: frozenset({Status.SUCCEEDED, Status.FAILED, Status.CANCELLING, Status.CANCELLED, Status.QUEUED}),
+    Status.CANCELLING: frozenset({Status.CANCELLED, Status.FAILED, Status.SUCCEEDED}),
+    Status.SUCCEEDED: frozenset(),
+    Status.FAILED: frozenset(),
+    Status.CANCELLED: frozenset(),
+}
+
+
+class TransitionRefused(Exception):
+    """The job is not in a state that allows the change (it moved on, or never could)."""
+
+    def __init__(self, job_id: str, current: str | None, to: Status):
+        self.job_id, self.current, self.to = job_id, current, to
+        super().__init__(f"job {job_id} is {current or 'missing'}; cannot become {to.value}")
+
+
+def transition(
+    session: Session,
+    job_id: str,
+    to: Status,
+    *,
+    expect: Iterable[Status] | None = None,
+    reason: str = "",
+    values: dict[str, Any] | None = None,
+    owner: str | None = None,
+) -> Job:
+    """Move ``job_id`` to ``to`` if it is in one of ``expect`` (default: any state allowed to reach ``to``).
+
+    Commits and returns the updated job; raises TransitionRefused when the guard does not hold.
+    ``values`` are further columns set in the same UPDATE (SQL expressions allowed).
+    """
+    allowed_from = {s for s, targets in ALLOWED.items() if to in targets}
+    if expect is not None:
+        allowed_from &= set(expect)
+    where = [Job.id == job_id]
+    if owner is not None:
+        where.append(Job.owner == owner)
+    for _ in range(5):
+        current = session.exec(sa.select(Job.status).where(*where)).scalar_one_or_none()  # type: ignore[call-overload]
+        if current is None or Status(current) not in allowed_from:
+            session.rollback()
+            raise TransitionRefused(job_id, current, to)
+        now = utcnow()
+        update = sa.update(Job).where(*where, Job.status == current).values(status=to.value, updated_at=now, **(values or {}))
+        if to in (Status.SUCCEEDED, Status.FAILED, Status.CANCELLED):
+            update = update.values(finished_at=now, lease_expires_at=None)
+        result = session.exec(update)  # type: ignore[call-overload]
+        if result.rowcount == 1:
+            attempt = session.exec(sa.select(Job.attempt).where(Job.id == job_id)).scalar_one()  # type: ignore[call-overload]
+            session.add(Transition(job_id=job_id, at=now, from_status=current, to_status=to.value, attempt=attempt, reason=reason))
+            session.commit()
+            log.info("job %s: %s -> %s (%s)", job_id, current, to.value, reason, extra={"job_id": job_id})
+            job = session.get(Job, job_id, populate_existing=True)
+            assert job is not None
+            return job
+        # Someone else changed the status between our read and our write: read again.
+        session.rollback()
+    raise TransitionRefused(job_id, None, to)

@@ -1,0 +1,74 @@
+"""What ended an attempt: reads the torchrun error file and the logs, names the error type."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from jobs.models import ErrorType
+from trainer.exit_codes import PREEMPTED_EXIT_CODE, SPEC_ERROR_EXIT_CODE
+
+log = logging.getLogger(__name__)
+
+LOG_TAIL_LINES = 50
+
+
+@dataclass(frozen=True)
+class Failure:
+    type: ErrorType
+    message: str
+    traceback: str | None
+    exit_code: int | None
+
+
+def read_error_file(path: Path) -> tuple[str | None, str | None]:
+    """(message, traceback) from a torchelastic error file, or (None, None)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None, None
+    message = data.get("message")
+    if isinstance(message, dict):
+        extra = message.get("extraInfo") or {}
+        return message.get("message"), extra.get("py_callstack")
+    if isinstance(message, str):
+        # A rank that died without @record leaves a plain string.
+        return message, None
+    return None, None
+
+
+def tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    try:
+        with path.open("rb") as f:
+            size = f.seek(0, 2)
+            f.seek(max(0, size - 64 * 1024))
+            text = f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def classify(exit_code: int | None, message: str | None, log_text: str) -> ErrorType:
+    text = f"{message or ''}\n{log_text}"
+    if exit_code == SPEC_ERROR_EXIT_CODE and "SpecError" in text:
+        return ErrorType.SPEC
+    if "OutOfMemoryError" in text or "out of memory" in text.lower():
+        return ErrorType.OOM
+    return ErrorType.TRAINING
+
+
+def failure(exit_code: int | None, error_file: Path, launcher_log: Path) -> Failure:
+    message, traceback = read_error_file(error_file)
+    log_tail = tail(launcher_log)
+    kind = classify(exit_code, message, log_tail)
+    summary = message or f"torchrun exited with code {exit_code}"
+    if not traceback and log_tail:
+        traceback = log_tail
+    return Failure(type=kind, message=summary, traceback=traceback, exit_code=exit_code)
+
+
+def was_preempted(exit_code: int | None, last_phase: str | None) -> bool:
+    """The trainer saved and stopped on SIGTERM: requeue rather than fail."""
+    return last_phase == "preempted" or exit_code == PREEMPTED_EXIT_CODE

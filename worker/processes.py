@@ -1,0 +1,95 @@
+"""Owning a job's process tree.
+
+torchrun starts every rank in its own session, and RQ's stop and timeout kill only the
+work horse's process group, so signalling a group is not enough. Every process of a job
+carries ``TORCHYARD_JOB_ID`` in its environment; stopping a job means SIGTERM to torchrun
+(it forwards to the ranks, which checkpoint), a grace period, then SIGKILL of every
+process that carries the job's mark, wherever it sits in the tree.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import psutil
+
+log = logging.getLogger(__name__)
+
+JOB_MARK = "TORCHYARD_JOB_ID"
+_PR_SET_PDEATHSIG = 1
+
+
+def _parent_death_signal(parent_pid: int, sig: int) -> Callable[[], None]:
+    def preexec() -> None:
+        try:
+            libc = ctypes.CDLL("libc.so.6", use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, sig)
+        except OSError:
+            return
+        # The parent may have died between fork and prctl; then nobody would ever signal us.
+        if os.getppid() != parent_pid:
+            os._exit(1)
+
+    return preexec
+
+
+def spawn(cmd: list[str], env: dict[str, str], cwd: Path, log_path: Path) -> subprocess.Popen[bytes]:
+    """Start ``cmd`` in its own session, killed if this process dies, output to ``log_path``."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("ab") as out:
+        return subprocess.Popen(
+            cmd, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+            start_new_session=True, preexec_fn=_parent_death_signal(os.getpid(), signal.SIGKILL),
+        )
+
+
+def marked_processes(job_id: str) -> list[psutil.Process]:
+    """Every live process whose environment carries this job's mark."""
+    needle = f"{JOB_MARK}={job_id}".encode()
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            with open(f"/proc/{proc.pid}/environ", "rb") as f:
+                if needle in f.read().split(b"\0"):
+                    found.append(proc)
+        except (OSError, psutil.Error):
+            continue
+    return found
+
+
+def kill_marked(job_id: str, timeout_s: float = 10.0) -> int:
+    """SIGKILL every process of the job and wait until they are gone. Returns how many there were."""
+    procs = marked_processes(job_id)
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    _, alive = psutil.wait_procs(procs, timeout=timeout_s)
+    if alive:
+        log.error("job %s: processes survived SIGKILL: %s", job_id, [p.pid for p in alive], extra={"job_id": job_id})
+    return len(procs)
+
+
+def stop(proc: subprocess.Popen[bytes], job_id: str, grace_s: float, on_wait: Callable[[], None] | None = None) -> int | None:
+    """SIGTERM torchrun, wait up to ``grace_s`` (calling ``on_wait`` meanwhile, e.g. to keep
+    ingesting events), then SIGKILL whatever of the job is left. Returns torchrun's exit code."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while proc.poll() is None and time.monotonic() < deadline:
+            if on_wait:
+                on_wait()
+            time.sleep(0.2)
+    kill_marked(job_id)
+    try:
+        return proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        return None
