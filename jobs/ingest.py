@@ -9,13 +9,14 @@ rows commit together, so a crash between batches loses or doubles nothing.
 from __future__ import annotations
 
 import logging
+from datetime import datetime, timezone
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlmodel import Session, SQLModel
 
-from jobs.models import Checkpoint, Job, MetricPoint
+from jobs.models import Checkpoint, Job, MetricPoint, utcnow
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +32,11 @@ def _upsert(session: Session, model: type[SQLModel], rows: list[dict[str, Any]],
     else:
         stmt = stmt.on_conflict_do_nothing(index_elements=keys)
     session.exec(stmt)  # type: ignore[call-overload]
+
+
+def _when(event: dict[str, Any]) -> datetime:
+    stamp = event.get("time")
+    return datetime.fromtimestamp(stamp, timezone.utc) if isinstance(stamp, (int, float)) else utcnow()
 
 
 def ingest_events(session: Session, job_id: str, events: list[dict[str, Any]]) -> int:
@@ -58,7 +64,7 @@ def ingest_events(session: Session, job_id: str, events: list[dict[str, Any]]) -
             details = {k: v for k, v in event.items() if k not in {"seq", "time", "type", "step", "epoch", "path"}}
             checkpoints[step] = {
                 "job_id": job_id, "step": step, "epoch": event.get("epoch"), "path": event["path"],
-                "seq": event["seq"], "details": details,
+                "seq": event["seq"], "details": details, "created_at": _when(event),
             }
     rows = list(metrics.values())
     for start in range(0, len(rows), 1000):

@@ -65,7 +65,7 @@ def _decode_cursor(cursor: str | None, n: int) -> list[str] | None:
     if not cursor:
         return None
     try:
-        parts = base64.urlsafe_b64decode(cursor.encode()).decode().split("|")
+        parts = base64.b64decode(cursor.encode(), altchars=b"-_", validate=True).decode().split("|")
     except (ValueError, UnicodeDecodeError) as exc:
         raise ValueError("malformed cursor") from exc
     if len(parts) != n:

@@ -1,0 +1,122 @@
+"""The jobs API against real Redis and a real database (SQLite and PostgreSQL)."""
+
+from __future__ import annotations
+
+import pytest
+from fastapi.testclient import TestClient
+from redis import Redis
+from rq import Queue
+from sqlmodel import Session
+
+from jobs.db import get_engine
+from jobs.ingest import ingest_events
+from jobs.settings import Settings
+from tests.api.conftest import mlp_spec
+
+
+def test_submit_queues_job_in_sql_and_redis(client: TestClient, settings: Settings) -> None:
+    resp = client.post("/v1/jobs", json=mlp_spec(labels={"team": "vision"}))
+    assert resp.status_code == 201, resp.text
+    job = resp.json()
+    assert job["status"] == "queued"
+    assert job["owner"] == "admin"
+    assert job["labels"] == {"team": "vision"}
+    assert job["queue_position"] == 0
+    assert job["spec"]["train"]["global_batch_size"] == 32
+    rq_ids = Queue("default", connection=Redis.from_url(settings.redis_url)).job_ids
+    assert rq_ids == [f"{job['id']}-a1"]
+    assert client.get(f"/v1/jobs/{job['id']}").json()["status"] == "queued"
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"train": {"global_batch_size": 33}}, "train.global_batch_size"),
+        ({"model": {"name": "transformer-xxl"}}, "model.name"),
+        ({"model": {"name": "mlp", "args": {"hidden": 0}}}, "model.args.hidden"),
+        ({"parallel": {"nproc_per_node": 64}}, "parallel.nproc_per_node"),
+        ({"data": {"name": "tensor-file", "args": {"path": "../../etc/passwd"}}}, "data.args.path"),
+        ({"data": {"name": "tensor-file", "args": {"path": "/etc/passwd"}}}, "data.args.path"),
+        ({"train": {"lr": -1}}, "train.lr"),
+        ({"train": {"epochs": 10**9}}, "train.epochs"),
+        ({"train": {"warp_speed": True}}, "train.warp_speed"),
+        ({"name": "no spaces allowed"}, "name"),
+        ({"model": {"name": "gpt"}}, "model.name"),
+        ({"timeout_s": 0}, "timeout_s"),
+    ],
+)
+def test_bad_spec_is_422_naming_the_field_and_creates_nothing(client: TestClient, settings: Settings, change: dict, field: str) -> None:
+    resp = client.post("/v1/jobs", json=mlp_spec(**change))
+    assert resp.status_code == 422, resp.text
+    assert resp.headers["content-type"].startswith("application/problem+json")
+    body = resp.json()
+    assert field in [e["field"] for e in body["errors"]]
+    assert field in body["detail"]
+    assert client.get("/v1/jobs").json()["items"] == []
+    assert Queue("default", connection=Redis.from_url(settings.redis_url)).count == 0
+
+
+def test_auth_is_required_and_errors_are_problem_json(client: TestClient) -> None:
+    for headers in ({"Authorization": ""}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic abc"}):
+        resp = client.get("/v1/jobs", headers=headers)
+        assert resp.status_code == 401
+        assert resp.headers["content-type"].startswith("application/problem+json")
+        assert resp.json()["detail"]
+    missing = client.get("/v1/jobs/nope")
+    assert missing.status_code == 404
+    assert missing.json()["detail"] == "job nope not found"
+
+
+def test_cancel_queued_job_never_runs_and_second_cancel_conflicts(client: TestClient, settings: Settings) -> None:
+    job = client.post("/v1/jobs", json=mlp_spec()).json()
+    resp = client.post(f"/v1/jobs/{job['id']}/cancel")
+    assert resp.status_code == 200
+    assert resp.json()["status"] == "cancelled"
+    assert resp.json()["finished_at"] is not None
+    assert Queue("default", connection=Redis.from_url(settings.redis_url)).count == 0
+    again = client.post(f"/v1/jobs/{job['id']}/cancel")
+    assert again.status_code == 409
+    assert "already cancelled" in again.json()["detail"]
+
+
+def test_list_is_newest_first_with_cursor_and_filters(client: TestClient) -> None:
+    ids = [client.post("/v1/jobs", json=mlp_spec(name=f"job-{i}", labels={"i": str(i % 2)})).json()["id"] for i in range(5)]
+    client.post(f"/v1/jobs/{ids[0]}/cancel")
+    seen, cursor = [], None
+    while True:
+        page = client.get("/v1/jobs", params={"limit": 2, **({"cursor": cursor} if cursor else {})}).json()
+        seen += [j["id"] for j in page["items"]]
+        cursor = page["next_cursor"]
+        if not cursor:
+            break
+    assert seen == list(reversed(ids))
+    assert [j["id"] for j in client.get("/v1/jobs", params={"status": "cancelled"}).json()["items"]] == [ids[0]]
+    assert [j["id"] for j in client.get("/v1/jobs", params={"name": "job-3"}).json()["items"]] == [ids[3]]
+    assert [j["id"] for j in client.get("/v1/jobs", params={"label": "i=1"}).json()["items"]] == [ids[3], ids[1]]
+    assert client.get("/v1/jobs", params={"cursor": "@@@"}).status_code == 422
+
+
+def test_metrics_and_checkpoints_read_back_what_was_ingested(client: TestClient, settings: Settings) -> None:
+    job = client.post("/v1/jobs", json=mlp_spec()).json()
+    events = [{"seq": i + 1, "time": 100.0 + i, "type": "metric", "step": (i + 1) * 10, "epoch": 0,
+               "values": {"train/loss": 2.0 - i * 0.1, "train/lr": 0.01}} for i in range(5)]
+    events.append({"seq": 6, "time": 106.0, "type": "checkpoint", "step": 50, "epoch": 0, "path": "checkpoints/step_00000050"})
+    with Session(get_engine(settings.database_url)) as session:
+        assert ingest_events(session, job["id"], events) == 6
+    metrics = client.get(f"/v1/jobs/{job['id']}/metrics", params={"name": "train/loss"}).json()
+    assert [(m["step"], round(m["value"], 3)) for m in metrics["items"]] == [(10, 2.0), (20, 1.9), (30, 1.8), (40, 1.7), (50, 1.6)]
+    page = client.get(f"/v1/jobs/{job['id']}/metrics", params={"since_step": 30, "limit": 3}).json()
+    assert [(m["step"], m["name"]) for m in page["items"]] == [(30, "train/loss"), (30, "train/lr"), (40, "train/loss")]
+    rest = client.get(f"/v1/jobs/{job['id']}/metrics", params={"since_step": 30, "cursor": page["next_cursor"]}).json()
+    assert [(m["step"], m["name"]) for m in rest["items"]] == [(40, "train/lr"), (50, "train/loss"), (50, "train/lr")]
+    detail = client.get(f"/v1/jobs/{job['id']}").json()
+    assert detail["last_step"] == 50
+    assert detail["latest_metrics"]["train/loss"] == pytest.approx(1.6)
+    ckpts = client.get(f"/v1/jobs/{job['id']}/checkpoints").json()["items"]
+    assert [c["step"] for c in ckpts] == [50]
+
+
+def test_readyz_reports_both_dependencies(client: TestClient) -> None:
+    body = client.get("/readyz").json()
+    assert body == {"status": "ok", "checks": {"database": "ok", "redis": "ok"}}
+    assert client.get("/healthz").json()["status"] == "ok"

@@ -1,0 +1,102 @@
+"""Shared fixtures: a private redis-server, a fresh database per test (SQLite, and PostgreSQL
+when it answers), settings pointing at temporary directories, and real service processes."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from redis import Redis
+
+from jobs.db import get_engine, init_db
+from jobs.settings import Settings
+from stack.redis_server import RedisServer
+from tests.helpers import ADMIN_TOKEN, Services
+
+POSTGRES_ADMIN_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+
+
+def _postgres_answers() -> bool:
+    try:
+        with sa.create_engine(POSTGRES_ADMIN_URL, connect_args={"connect_timeout": 2}).connect() as conn:
+            conn.execute(sa.text("SELECT 1"))
+        return True
+    except Exception:  # noqa: BLE001 - any failure means "not available here"
+        return False
+
+
+POSTGRES = _postgres_answers()
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    server = RedisServer(tmp_path_factory.mktemp("redis")).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def redis_url(redis_server: RedisServer) -> str:
+    Redis.from_url(redis_server.url).flushall()
+    return redis_server.url
+
+
+def _postgres_database() -> Iterator[str]:
+    name = f"torchyard_test_{uuid.uuid4().hex[:12]}"
+    admin = sa.create_engine(POSTGRES_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
+    finally:
+        get_engine.cache_clear()
+        with admin.connect() as conn:
+            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """Each test that asks for it runs once per database; PostgreSQL only where it answers."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'torchyard.db'}"
+        return
+    if not POSTGRES:
+        pytest.skip("PostgreSQL does not answer at 127.0.0.1:5432")
+    yield from _postgres_database()
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'torchyard.db'}"
+
+
+def make_settings(tmp_path: Path, database_url: str, redis_url: str, **overrides: object) -> Settings:
+    values: dict[str, object] = {
+        "database_url": database_url, "redis_url": redis_url, "runs_dir": tmp_path / "runs", "data_dir": tmp_path / "data",
+        "code_dir": tmp_path / "code", "admin_token": ADMIN_TOKEN, "max_nproc_per_node": 4,
+        "lease_ttl_s": 10.0, "poll_interval_s": 0.2, "stop_grace_s": 20.0,
+    }
+    values.update(overrides)
+    for key in ("runs_dir", "data_dir", "code_dir"):
+        Path(values[key]).mkdir(parents=True, exist_ok=True)  # type: ignore[arg-type]
+    return Settings(**values)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def settings(tmp_path: Path, database_url: str, redis_url: str) -> Settings:
+    s = make_settings(tmp_path, database_url, redis_url)
+    init_db(get_engine(s.database_url))
+    return s
+
+
+@pytest.fixture
+def services(tmp_path: Path, settings: Settings) -> Iterator[Services]:
+    svc = Services(settings, tmp_path / "service-logs")
+    try:
+        yield svc
+    finally:
+        svc.stop()

@@ -1,0 +1,110 @@
+"""Real services for tests: the API and workers as subprocesses, exactly as a user starts them."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from jobs.settings import Settings
+from stack.redis_server import free_port
+
+ADMIN_TOKEN = "test-admin-token"
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def service_env(settings: Settings, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHYARD_")}
+    env.update({
+        "TORCHYARD_DATABASE_URL": settings.database_url,
+        "TORCHYARD_REDIS_URL": settings.redis_url,
+        "TORCHYARD_RUNS_DIR": str(settings.runs_dir),
+        "TORCHYARD_DATA_DIR": str(settings.data_dir),
+        "TORCHYARD_CODE_DIR": str(settings.code_dir),
+        "TORCHYARD_ADMIN_TOKEN": settings.admin_token or ADMIN_TOKEN,
+        "TORCHYARD_LEASE_TTL_S": str(settings.lease_ttl_s),
+        "TORCHYARD_POLL_INTERVAL_S": str(settings.poll_interval_s),
+        "TORCHYARD_STOP_GRACE_S": str(settings.stop_grace_s),
+        "TORCHYARD_MAX_NPROC_PER_NODE": str(settings.max_nproc_per_node),
+        "PYTHONPATH": str(ROOT),
+        "OMP_NUM_THREADS": "1",
+    })
+    env.update(extra)
+    return env
+
+
+def wait_until(predicate: Callable[[], Any], timeout_s: float, interval_s: float = 0.2, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout_s:.0f}s waiting for {what}")
+        time.sleep(interval_s)
+
+
+class Services:
+    """An API process and any number of worker processes sharing one Settings."""
+
+    def __init__(self, settings: Settings, logs: Path):
+        self.settings, self.logs = settings, logs
+        self.port = free_port()
+        self.api: subprocess.Popen[bytes] | None = None
+        self.workers: list[subprocess.Popen[bytes]] = []
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.headers = {"Authorization": f"Bearer {settings.admin_token or ADMIN_TOKEN}"}
+
+    def _spawn(self, args: list[str], name: str, **env: str) -> subprocess.Popen[bytes]:
+        self.logs.mkdir(parents=True, exist_ok=True)
+        out = (self.logs / f"{name}.log").open("ab")
+        return subprocess.Popen([sys.executable, "-m", *args], env=service_env(self.settings, **env), cwd=ROOT,
+                                stdout=out, stderr=subprocess.STDOUT)
+
+    def start_api(self) -> Services:
+        self.api = self._spawn(["api", "--port", str(self.port), "--log-level", "warning"], "api")
+        wait_until(self._api_ready, 30, what="the API")
+        return self
+
+    def _api_ready(self) -> bool:
+        if self.api and self.api.poll() is not None:
+            raise RuntimeError(f"API exited with {self.api.returncode}; see {self.logs / 'api.log'}")
+        try:
+            return httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def start_worker(self, name: str | None = None, **env: str) -> subprocess.Popen[bytes]:
+        name = name or f"worker-{len(self.workers)}"
+        proc = self._spawn(["worker", "--name", name], name, **env)
+        self.workers.append(proc)
+        return proc
+
+    def client(self) -> httpx.Client:
+        return httpx.Client(base_url=self.url, headers=self.headers, timeout=30)
+
+    def wait_status(self, client: httpx.Client, job_id: str, statuses: set[str], timeout_s: float = 180) -> dict[str, Any]:
+        def check() -> dict[str, Any] | None:
+            job = client.get(f"/v1/jobs/{job_id}").json()
+            return job if job["status"] in statuses else None
+
+        return wait_until(check, timeout_s, interval_s=0.3, what=f"job {job_id} to reach {statuses}")
+
+    def stop(self) -> None:
+        procs = [p for p in [*self.workers, self.api] if p is not None]
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT if proc in self.workers else signal.SIGTERM)
+        for proc in procs:
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
