@@ -235,7 +235,9 @@ def _compatibility_problems(spec: JobSpec, model: catalog.CatalogEntry, data: ca
     if spec.data.name == "tensor-file":
         data_task = spec.data.args.get("task", "classification")
     if model.task != "any" and data_task != "any" and model.task != data_task:
-        problems.append(SpecProblem(("model", "name"), f"model {spec.model.name!r} trains on {model.task} data, dataset {spec.data.name!r} is {data_task}"))
+        problems.append(SpecProblem(
+            ("model", "name"), f"model {spec.model.name!r} trains on {model.task} data, dataset {spec.data.name!r} is {data_task}",
+        ))
     if model.task == "any" and data_task == "lm" and model.input != "any":
         problems.append(SpecProblem(("model", "name"), f"model {spec.model.name!r} does not take token sequences; use gpt"))
     image = spec.data.name == "synthetic-classification" and spec.data.args.get("image_size") is not None

@@ -1,0 +1,61 @@
+"""``python -m trainer --spec SPEC --run-dir DIR``, normally started by torchrun."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+
+from torch.distributed.elastic.multiprocessing.errors import record
+
+from trainer.exit_codes import SPEC_ERROR_EXIT_CODE
+from trainer.spec import SpecLimits, load_spec_file
+
+log = logging.getLogger("trainer")
+
+
+def _setup_logging() -> None:
+    rank = os.environ.get("RANK", "0")
+    logging.basicConfig(
+        level=os.environ.get("TORCHYARD_LOG_LEVEL", "INFO").upper(),
+        format=f"%(asctime)s rank{rank} %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m trainer", description="Run one torchyard training job (under torchrun).")
+    p.add_argument("--spec", required=True, type=Path, help="job spec, .json or .yaml")
+    p.add_argument("--run-dir", required=True, type=Path, help="run directory: events.jsonl, checkpoints/")
+    return p.parse_args(argv)
+
+
+@record
+def main(argv: list[str] | None = None) -> int:
+    from trainer.distributed import set_parent_death_signal
+
+    set_parent_death_signal()  # first: a rank must not outlive torchrun, even while importing
+    _setup_logging()
+    args = _parse_args(argv)
+    data_dir = os.environ.get("TORCHYARD_DATA_DIR")
+    limits = SpecLimits(data_dir=Path(data_dir) if data_dir else None)
+    try:
+        spec = load_spec_file(args.spec, limits)
+    except (ValueError, OSError) as exc:  # pydantic.ValidationError and SpecError are ValueErrors
+        log.error("cannot run spec %s: %s", args.spec, exc)
+        return SPEC_ERROR_EXIT_CODE
+    args.run_dir.mkdir(parents=True, exist_ok=True)
+
+    from trainer import distributed, engine
+
+    rank = distributed.init_distributed(spec.parallel.device)
+    try:
+        return engine.run(spec, args.run_dir, rank, limits.data_dir)
+    finally:
+        distributed.shutdown()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

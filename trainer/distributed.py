@@ -1,0 +1,98 @@
+"""Rank facts and process-group setup, read once from the torchrun environment."""
+
+from __future__ import annotations
+
+import ctypes
+import datetime
+import logging
+import os
+import signal
+import sys
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+log = logging.getLogger(__name__)
+
+_PR_SET_PDEATHSIG = 1
+
+
+@dataclass(frozen=True)
+class RankInfo:
+    """Who this process is. Read once at start; never re-read from the environment."""
+
+    rank: int
+    local_rank: int
+    world_size: int
+    local_world_size: int
+    device: torch.device
+    backend: str
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def nnodes(self) -> int:
+        return max(1, self.world_size // max(1, self.local_world_size))
+
+
+def set_parent_death_signal() -> None:
+    """Die with SIGKILL when the parent (torchrun) dies.
+
+    torchrun starts each rank in its own session, so killing torchrun's process group does not
+    reach the ranks; without this a killed torchrun would leave ranks holding GPUs.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+            log.warning("prctl(PR_SET_PDEATHSIG) failed: errno %d", ctypes.get_errno())
+    except OSError as exc:  # no glibc (e.g. musl): nothing to do but say so
+        log.warning("cannot set parent-death signal: %s", exc)
+
+
+def _pick_device(requested: str, local_rank: int) -> torch.device:
+    if requested != "cpu" and torch.cuda.is_available():
+        return torch.device("cuda", local_rank % torch.cuda.device_count())
+    if requested == "cuda":
+        raise RuntimeError("parallel.device is 'cuda' but CUDA is not available on this host")
+    return torch.device("cpu")
+
+
+def init_distributed(requested_device: str = "auto", timeout_s: float = 1800.0) -> RankInfo:
+    """Join the process group torchrun set up (or a single-process one when started by hand).
+
+    The rendezvous address comes from torchrun's environment; MASTER_PORT is never chosen here.
+    """
+    rank = int(os.environ.get("RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", str(world_size)))
+    device = _pick_device(requested_device, local_rank)
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    if not dist.is_initialized():
+        if "MASTER_ADDR" not in os.environ:
+            # Started by hand without torchrun: a one-rank group over a local file store, so the
+            # same code path (collectives, DCP) runs; no TCP port is picked.
+            if world_size != 1:
+                raise RuntimeError("WORLD_SIZE > 1 without MASTER_ADDR: start the trainer with torchrun")
+            import tempfile
+
+            store = dist.FileStore(tempfile.mktemp(prefix="torchyard-store-"), 1)
+            dist.init_process_group(backend, store=store, rank=0, world_size=1, timeout=datetime.timedelta(seconds=timeout_s))
+        else:
+            kwargs = {"device_id": device} if device.type == "cuda" else {}
+            dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s), **kwargs)
+    info = RankInfo(rank, local_rank, world_size, local_world_size, device, backend)
+    log.info("rank %d/%d local_rank %d device %s backend %s", rank, world_size, local_rank, device, backend)
+    return info
+
+
+def shutdown() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()

@@ -1,0 +1,183 @@
+"""The training loop. It holds no policy: the checkpointer decides when to save, the reporter
+when to log, the stop signal when to stop; parallel.py decides how the model is wrapped."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from trainer import tasks
+from trainer.checkpoint import Checkpointer, TrainPosition
+from trainer.data import build_dataset
+from trainer.data.loader import TrainBatches, eval_batches
+from trainer.distributed import RankInfo
+from trainer.events import EventWriter
+from trainer.exit_codes import PREEMPTED_EXIT_CODE
+from trainer.metrics import MetricsReporter
+from trainer.models import build_model
+from trainer.optim import build_optimizer, build_scheduler
+from trainer.parallel import parallelize
+from trainer.preemption import StopSignal
+from trainer.spec import JobSpec
+
+log = logging.getLogger(__name__)
+
+
+def _grad_norm_and_clip(model: nn.Module, max_norm: float | None) -> torch.Tensor | None:
+    """Global gradient norm (clipping to max_norm when set); a device tensor, never synced here."""
+    if max_norm is None:
+        return None
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    norm = torch.nn.utils.get_total_norm(grads, norm_type=2.0, foreach=True)
+    if hasattr(norm, "full_tensor"):
+        norm = norm.full_tensor()  # FSDP: per-shard partial norms reduced to the global norm
+    torch.nn.utils.clip_grads_with_norm_([p for p in model.parameters() if p.grad is not None], max_norm, norm, foreach=True)
+    return norm
+
+
+def _flops_per_sample(model: nn.Module, spec: JobSpec, info) -> float | None:
+    """Training FLOPs per sequence for gpt (6N + attention, as in the PaLM appendix) for MFU."""
+    if spec.model.name != "gpt":
+        return None
+    n_params = sum(p.numel() for p in model.parameters())
+    a = spec.model.args
+    layers, width, seq = a.get("n_layer", 2), a.get("n_embd", 128), info.input_shape[0]
+    return (6 * n_params + 12 * layers * width * seq) * seq
+
+
+def run(spec: JobSpec, run_dir: Path, rank: RankInfo, data_dir: Path | None) -> int:
+    """Train the job; returns the process exit code (0 done, PREEMPTED_EXIT_CODE after a SIGTERM)."""
+    t = spec.train
+    events = EventWriter(run_dir, enabled=rank.is_main)
+    control_group = dist.new_group(backend="gloo") if rank.world_size > 1 else None
+    stop = StopSignal(rank.world_size, control_group)
+    events.status("starting", world_size=rank.world_size, strategy=spec.parallel.strategy, device=rank.device.type)
+
+    torch.manual_seed(t.seed)  # identical init on every rank (FSDP shards what each rank built)
+    bundle = build_dataset(spec.data.name, spec.data.args, data_dir)
+    model = build_model(spec.model.name, spec.model.args, bundle.info)
+    flops = _flops_per_sample(model, spec, bundle.info)
+    wrapped = parallelize(model, rank, spec)
+    net = wrapped.model
+    batches = TrainBatches(bundle.train, rank, t.global_batch_size, t.grad_accum_steps, t.seed, spec.data.num_workers)
+    total_steps = t.epochs * batches.steps_per_epoch
+    if t.max_steps is not None:
+        total_steps = min(total_steps, t.max_steps)
+    fused = rank.device.type == "cuda" and wrapped.strategy == "ddp"
+    optimizer = build_optimizer(net, t, fused=fused)
+    scheduler = build_scheduler(optimizer, t, total_steps)
+    scaler = torch.amp.GradScaler(rank.device.type) if t.precision == "fp16" else None
+    torch.manual_seed(t.seed + 1 + rank.rank)  # per-rank stream for dropout; restored exactly on resume
+
+    async_group = dist.new_group(backend="gloo") if spec.checkpoint.async_save else None
+    checkpointer = Checkpointer(run_dir, spec, rank, events, {"name": spec.model.name, "args": spec.model.args},
+                                bundle.info, async_group)
+    pos = checkpointer.load_latest(net, optimizer, scheduler, scaler) or TrainPosition()
+    resumed_from = pos.step
+    tokens = bundle.info.input_shape[0] if bundle.info.task == "lm" else None
+    reporter = MetricsReporter(events, rank, t.log_every_steps, total_steps, t.global_batch_size, tokens, flops)
+    events.status("training", world_size=rank.world_size, total_steps=total_steps, steps_per_epoch=batches.steps_per_epoch,
+                  resumed_from_step=resumed_from)
+    log.info("training steps %d..%d (epoch %d, step %d in epoch)", pos.step + 1, total_steps, pos.epoch, pos.step_in_epoch)
+
+    autocast = (torch.autocast(rank.device.type, dtype=wrapped.autocast_dtype) if wrapped.autocast_dtype is not None
+                else contextlib.nullcontext())
+    task = bundle.info.task
+    is_ddp = wrapped.strategy == "ddp"
+    accum = t.grad_accum_steps
+    preempted = False
+    net.train()
+    reporter.reset_window(pos.step)
+    epoch_iter = batches.epoch(pos.epoch, pos.step_in_epoch) if pos.step < total_steps else iter(())
+    while pos.step < total_steps:
+        micro_batches = next(epoch_iter, None)
+        if micro_batches is None:  # epoch exhausted (only reached on resume at an epoch boundary)
+            pos.epoch, pos.step_in_epoch = pos.epoch + 1, 0
+            epoch_iter = batches.epoch(pos.epoch)
+            continue
+        loss_sum = torch.zeros((), device=rank.device)
+        for i, (x, y) in enumerate(micro_batches):
+            # DDP: all-reduce gradients only on the last micro-batch of the step.
+            sync = contextlib.nullcontext() if not is_ddp or i == accum - 1 else net.no_sync()
+            with sync:
+                with autocast:
+                    out = net(x)
+                loss = tasks.train_loss(task, out, y) / accum
+                (scaler.scale(loss) if scaler is not None else loss).backward()
+            loss_sum += loss.detach()
+        if scaler is not None:
+            scaler.unscale_(optimizer)
+        grad_norm = _grad_norm_and_clip(net, t.grad_clip)
+        lr = optimizer.param_groups[0]["lr"]
+        if scaler is not None:
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        scheduler.step()
+        step_epoch = pos.epoch
+        pos.step += 1
+        pos.step_in_epoch += 1
+        if pos.step_in_epoch == batches.steps_per_epoch:
+            pos.epoch, pos.step_in_epoch = pos.epoch + 1, 0
+            if pos.step < total_steps:
+                epoch_iter = batches.epoch(pos.epoch)
+
+        reporter.train_step(pos.step, step_epoch, loss_sum, grad_norm, lr)
+        last = pos.step == total_steps
+        busy = False
+        if bundle.eval is not None and (last or (spec.eval.every_steps and pos.step % spec.eval.every_steps == 0)):
+            evaluate(net, bundle.eval, rank, spec, task, autocast, events, pos.step, step_epoch)
+            busy = True
+        if not last and stop.should_stop():
+            preempted = True
+            break
+        if not last and checkpointer.due(pos.step):
+            checkpointer.save(pos, step_epoch, net, optimizer, scheduler, scaler)
+            busy = True
+        checkpointer.poll()
+        if busy:
+            reporter.reset_window(pos.step)
+
+    stop.close()
+    step_epoch = pos.epoch if pos.step_in_epoch else max(0, pos.epoch - 1)
+    if pos.step > resumed_from or checkpointer.last_saved_step != pos.step:
+        checkpointer.save(pos, step_epoch, net, optimizer, scheduler, scaler, final=not preempted)
+    checkpointer.wait()
+    if preempted:
+        log.warning("stopped by signal after step %d; checkpoint saved", pos.step)
+        events.status("preempted", step=pos.step, epoch=step_epoch)
+        events.close()
+        return PREEMPTED_EXIT_CODE
+    events.status("done", step=pos.step, epoch=step_epoch, total_steps=total_steps)
+    events.close()
+    return 0
+
+
+@torch.no_grad()
+def evaluate(net: nn.Module, dataset, rank: RankInfo, spec: JobSpec, task: str, autocast, events: EventWriter,
+             step: int, epoch: int) -> dict[str, float]:
+    """Exact eval over all ranks' shards: sums and counts all-reduced, then divided."""
+    started = time.perf_counter()
+    net.eval()
+    batch = spec.train.global_batch_size // rank.world_size
+    sums = torch.zeros(3, device=rank.device, dtype=torch.float64)
+    for x, y, valid in eval_batches(dataset, rank, batch, spec.eval.max_batches):
+        with autocast:
+            out = net(x)
+        sums += tasks.eval_sums(task, out, y, valid).double()
+    if rank.world_size > 1:
+        dist.all_reduce(sums)
+    net.train()
+    metrics = tasks.eval_metrics(task, sums.cpu())
+    if metrics:
+        metrics["eval/time_s"] = time.perf_counter() - started
+        events.metric(step, epoch, metrics)
+    return metrics

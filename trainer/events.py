@@ -1,0 +1,76 @@
+"""events.jsonl: the trainer's only channel to the worker. Written by global rank 0 alone."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+EVENTS_FILE = "events.jsonl"
+
+
+def last_seq(path: Path) -> int:
+    """The highest seq already in the file, 0 when none; a torn last line is ignored."""
+    if not path.exists():
+        return 0
+    best = 0
+    with path.open("rb") as f:
+        # Only the tail matters; reading the last 64 KiB avoids scanning long runs' files.
+        size = f.seek(0, os.SEEK_END)
+        f.seek(max(0, size - 65536))
+        for line in f.read().splitlines():
+            try:
+                best = max(best, int(json.loads(line)["seq"]))
+            except (ValueError, KeyError, TypeError):
+                continue
+    return best
+
+
+def _clean(value: Any) -> Any:
+    # JSON has no NaN/inf; a diverged loss is reported as null instead of breaking the reader.
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    return value
+
+
+class EventWriter:
+    """Appends one JSON object per line, flushed per line. A no-op on every rank but global 0."""
+
+    def __init__(self, run_dir: Path, enabled: bool):
+        self.enabled = enabled
+        self._file = None
+        self._seq = 0
+        if enabled:
+            path = run_dir / EVENTS_FILE
+            self._seq = last_seq(path)
+            self._file = path.open("a", encoding="utf-8")
+
+    def emit(self, type_: str, **fields: Any) -> None:
+        if not self.enabled or self._file is None:
+            return
+        self._seq += 1
+        record = {"seq": self._seq, "time": time.time(), "type": type_, **_clean(fields)}
+        self._file.write(json.dumps(record, separators=(",", ":")) + "\n")
+        self._file.flush()
+
+    def metric(self, step: int, epoch: int, values: dict[str, float]) -> None:
+        self.emit("metric", step=step, epoch=epoch, values=values)
+
+    def status(self, phase: str, **extra: Any) -> None:
+        self.emit("status", phase=phase, **extra)
+
+    def checkpoint(self, step: int, epoch: int, path: str, **extra: Any) -> None:
+        self.emit("checkpoint", step=step, epoch=epoch, path=path, **extra)
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None

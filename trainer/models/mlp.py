@@ -1,0 +1,34 @@
+"""Multi-layer perceptron for vector inputs (classification or regression)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import nn
+
+from trainer.data.base import DataInfo
+
+
+class MLP(nn.Module):
+    def __init__(self, in_features: int, out_features: int, hidden: int, layers: int, dropout: float):
+        super().__init__()
+        widths = [in_features] + [hidden] * layers
+        self.hidden = nn.ModuleList(
+            nn.Sequential(nn.Linear(a, b), nn.ReLU(), nn.Dropout(dropout)) for a, b in zip(widths[:-1], widths[1:], strict=True)
+        )
+        self.head = nn.Linear(hidden, out_features)
+
+    def blocks(self) -> list[nn.Module]:
+        return list(self.hidden)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.flatten(1)
+        for layer in self.hidden:
+            x = layer(x)
+        return self.head(x)
+
+
+def build_mlp(args: dict[str, Any], info: DataInfo) -> nn.Module:
+    return MLP(math.prod(info.input_shape), info.num_outputs, args["hidden"], args["layers"], args["dropout"])
