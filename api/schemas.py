@@ -18,6 +18,7 @@ class JobError(BaseModel):
     message: str | None
     exit_code: int | None
     traceback: str | None = Field(description="Root-cause rank's traceback from the torchrun error file.")
+    log_tail: str | None = Field(None, description="Last lines of the failing rank's log.")
 
 
 class JobOut(BaseModel):
@@ -46,8 +47,10 @@ class JobOut(BaseModel):
     def of(cls, job: Job, queue_position: int | None = None) -> JobOut:
         error = None
         if job.error_type or job.error_message or job.exit_code not in (None, 0):
-            error = JobError(type=job.error_type, message=job.error_message, exit_code=job.exit_code, traceback=job.error_traceback)
-        data = job.model_dump(exclude={"error_type", "error_message", "error_traceback", "exit_code", "last_seq", "lease_expires_at"})
+            error = JobError(type=job.error_type, message=job.error_message, exit_code=job.exit_code,
+                             traceback=job.error_traceback, log_tail=job.error_log_tail)
+        data = job.model_dump(exclude={"error_type", "error_message", "error_traceback", "error_log_tail", "exit_code",
+                                       "last_seq", "lease_expires_at"})
         return cls(**data, error=error, queue_position=queue_position)
 
 

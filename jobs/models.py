@@ -101,6 +101,7 @@ class Job(SQLModel, table=True):
     error_type: str | None = Field(default=None, max_length=32)
     error_message: str | None = Field(default=None, sa_column=Column(sa.Text))
     error_traceback: str | None = Field(default=None, sa_column=Column(sa.Text))
+    error_log_tail: str | None = Field(default=None, sa_column=Column(sa.Text))
 
 
 class Transition(SQLModel, table=True):
