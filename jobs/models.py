@@ -84,6 +84,9 @@ class Job(SQLModel, table=True):
 
     attempt: int = 1
     max_attempts: int = 1
+    # A retry of a finished job is a new job that starts from the old one's latest checkpoint.
+    retry_of: str | None = Field(default=None, max_length=32, index=True)
+    resume_from: str | None = Field(default=None, max_length=1024)
     created_at: datetime = Field(default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False))
     updated_at: datetime = Field(default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False))
     started_at: datetime | None = _ts()
