@@ -12,6 +12,7 @@ from api import errors
 from api.routes import health, jobs
 from jobs.db import get_engine, init_db
 from jobs.queue import redis_client
+from jobs.reconciler import ReconcilerLoop
 from jobs.settings import Settings, get_settings
 
 log = logging.getLogger(__name__)
@@ -25,7 +26,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         init_db(app.state.engine)
+        # The API recovers lost jobs too, so they are found even while every worker is busy or gone.
+        reconciler = ReconcilerLoop(settings, interval_s=max(1.0, settings.lease_ttl_s / 2))
+        reconciler.start()
         yield
+        reconciler.stopped.set()
 
     app = FastAPI(
         title="torchyard",

@@ -32,6 +32,8 @@ class JobOut(BaseModel):
     spec: dict[str, Any]
     attempt: int
     max_attempts: int
+    retry_of: str | None = Field(None, description="The finished job this one retries.")
+    resume_from: str | None = Field(None, description="Checkpoint this job started from.")
     created_at: datetime
     updated_at: datetime
     started_at: datetime | None

@@ -60,13 +60,16 @@ def queue_position(redis: Redis, job: Job) -> int | None:
         return None
 
 
-def is_enqueued(redis: Redis, job: Job) -> bool:
-    """Whether Redis still holds the job's current attempt (waiting or started)."""
+def is_waiting(redis: Redis, job: Job) -> bool:
+    """Whether the job's current attempt waits in its RQ queue. A job RQ calls "started" is not
+    waiting: had its supervisor claimed it, SQL would say running, so that work horse is gone."""
     try:
         rq_job = RQJob.fetch(rq_job_id(job.id, job.attempt), connection=redis)
     except NoSuchJobError:
         return False
-    return rq_job.get_status(refresh=False) in ("queued", "started", "deferred", "scheduled")
+    if rq_job.get_status(refresh=False) != "queued":
+        return False
+    return Queue(job.queue, connection=redis).get_job_position(rq_job.id) is not None
 
 
 def dequeue(redis: Redis, job: Job) -> None:

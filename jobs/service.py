@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
@@ -124,6 +125,26 @@ def request_cancel(session: Session, redis: Redis, owner: str, job_id: str) -> J
             job = get_job(session, owner, job_id)
             session.refresh(job)
     raise JobConflict(f"job {job_id} keeps changing state; try again")
+
+
+def retry(session: Session, redis: Redis, owner: str, job_id: str) -> Job:
+    """Run a finished job again as a new job (``retry_of`` names the old one) that starts from the
+    old job's latest checkpoint. Terminal states stay final, so history is never rewritten."""
+    old = get_job(session, owner, job_id)
+    if not Status(old.status).terminal:
+        raise JobConflict(f"job {job_id} is {old.status}; only a finished job can be retried")
+    saved = checkpoints(session, job_id)
+    resume_from = str(Path(old.run_dir) / saved[-1].path) if saved and old.run_dir else None
+    job = Job(
+        owner=owner, name=old.name, kind=old.kind, queue=old.queue, labels=dict(old.labels), spec=dict(old.spec),
+        max_attempts=old.spec.get("retries", 0) + 1, retry_of=old.id, resume_from=resume_from,
+    )
+    session.add(job)
+    session.commit()
+    session.refresh(job)
+    queue.enqueue(redis, job)
+    log.info("job %s retries job %s from %s", job.id, old.id, resume_from or "scratch", extra={"job_id": job.id})
+    return job
 
 
 def metric_points(

@@ -7,11 +7,11 @@ import logging
 import os
 import socket
 
-from rq import Worker
-
 from jobs.db import get_engine, init_db
 from jobs.queue import redis_client
+from jobs.reconciler import ReconcilerLoop
 from jobs.settings import get_settings
+from worker.rq_worker import TorchyardWorker
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -24,12 +24,12 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     settings = get_settings()
-    # RQ forks a work horse per job; it inherits this settings object and so reports the worker's id, not its own pid.
-    settings.worker_id = args.name or settings.worker_id or f"{socket.gethostname()}:{os.getpid()}"
-    name = settings.worker_id
+    name = args.name or settings.worker_id or f"{socket.gethostname()}:{os.getpid()}"
+    # RQ starts each work horse as a fresh interpreter with this environment; it reads its id from there.
+    os.environ["TORCHYARD_WORKER_ID"] = settings.worker_id = name
     init_db(get_engine(settings.database_url))
-    queues = args.queue or settings.worker_queues
-    worker = Worker(queues, connection=redis_client(settings.redis_url), name=name)
+    ReconcilerLoop(settings, interval_s=max(1.0, settings.lease_ttl_s / 2)).start()
+    worker = TorchyardWorker(args.queue or settings.worker_queues, connection=redis_client(settings.redis_url), name=name)
     worker.work(burst=args.burst, logging_level=args.log_level.upper(), with_scheduler=False)
 
 

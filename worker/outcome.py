@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +22,12 @@ class Failure:
     message: str
     traceback: str | None
     exit_code: int | None
+    log_tail: str | None = None
+    rank: int | None = None
+
+
+# torchrun's summary of a failed worker group names the root-cause rank and its error file.
+_ROOT_CAUSE = re.compile(r"Root Cause.*?rank\s*:\s*(\d+).*?error_file:\s*(\S*)", re.S)
 
 
 def read_error_file(path: Path) -> tuple[str | None, str | None]:
@@ -59,14 +66,28 @@ def classify(exit_code: int | None, message: str | None, log_text: str) -> Error
     return ErrorType.TRAINING
 
 
-def failure(exit_code: int | None, error_file: Path, launcher_log: Path) -> Failure:
+def root_cause(launcher_text: str) -> tuple[int | None, Path | None]:
+    """(global rank, directory of its logs) of the first failure torchrun observed."""
+    match = _ROOT_CAUSE.search(launcher_text)
+    if not match:
+        return None, None
+    error_file = match.group(2)
+    return int(match.group(1)), (Path(error_file).parent if error_file and error_file != "<N/A>" else None)
+
+
+def failure(exit_code: int | None, error_file: Path, launcher_log: Path, default: ErrorType = ErrorType.TRAINING) -> Failure:
     message, traceback = read_error_file(error_file)
-    log_tail = tail(launcher_log)
+    launcher_tail = tail(launcher_log, 400)
+    rank, rank_dir = root_cause(launcher_tail)
+    rank_tail = tail(rank_dir / "stderr.log") if rank_dir else ""
+    log_tail = rank_tail or "\n".join(launcher_tail.splitlines()[-LOG_TAIL_LINES:])
     kind = classify(exit_code, message, log_tail)
+    if kind is ErrorType.TRAINING:
+        kind = default
     summary = message or f"torchrun exited with code {exit_code}"
-    if not traceback and log_tail:
-        traceback = log_tail
-    return Failure(type=kind, message=summary, traceback=traceback, exit_code=exit_code)
+    if rank is not None:
+        summary = f"rank {rank}: {summary}"
+    return Failure(type=kind, message=summary, traceback=traceback, exit_code=exit_code, log_tail=log_tail or None, rank=rank)
 
 
 def was_preempted(exit_code: int | None, last_phase: str | None) -> bool:

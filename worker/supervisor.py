@@ -1,8 +1,9 @@
 """The RQ job function: supervise one attempt of one job, from claim to final status.
 
 start: CAS queued -> running (exactly one supervisor wins), write spec.json, spawn torchrun.
-loop:  tail events.jsonl into SQL, heartbeat the lease, watch for cancel and timeout.
-exit:  read the error file, then succeeded | failed | queued (retry or preemption).
+loop:  tail events.jsonl into SQL, heartbeat the lease, watch for cancel, timeout, stalls
+       and preemption (SIGTERM forwarded by the worker process).
+exit:  read the error file, then succeeded | failed | cancelled | queued (retry or preemption).
 """
 
 from __future__ import annotations
@@ -10,15 +11,20 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
+import signal
 import socket
 import subprocess
 import time
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
+from types import FrameType
 
 import sqlalchemy as sa
 from redis import Redis
 from sqlalchemy.engine import Engine
+from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session
 
 from jobs import queue
@@ -50,6 +56,16 @@ def supervise(job_id: str, attempt: int) -> str:
     return Supervisor(job_id, attempt, settings, engine, queue.redis_client(settings.redis_url)).run()
 
 
+@dataclass
+class _Watch:
+    """Clocks of one attempt (monotonic seconds)."""
+
+    started: float
+    last_progress: float
+    last_heartbeat_ok: float
+    next_heartbeat: float = 0.0
+
+
 class Supervisor:
     def __init__(self, job_id: str, attempt: int, settings: Settings, engine: Engine, redis: Redis):
         self.job_id, self.rq_attempt = job_id, attempt
@@ -58,6 +74,7 @@ class Supervisor:
         self.session = Session(engine, expire_on_commit=False)
         self.log_extra = {"job_id": job_id}
         self.last_phase: str | None = None
+        self.preempt_requested = False
 
     # ------------------------------------------------------------ lifecycle
 
@@ -67,10 +84,17 @@ class Supervisor:
         except TransitionRefused as exc:
             log.info("job %s: not started (%s)", self.job_id, exc, extra=self.log_extra)
             return f"skipped: {exc}"
+        # The worker process forwards SIGTERM (docker stop, node drain) to this work horse.
+        previous = signal.signal(signal.SIGTERM, self._on_sigterm)
         try:
             return self._run_attempt(job)
         finally:
+            signal.signal(signal.SIGTERM, previous)
             self.session.close()
+
+    def _on_sigterm(self, signum: int, _frame: FrameType | None) -> None:
+        log.warning("job %s: worker is stopping; preempting the attempt", self.job_id, extra=self.log_extra)
+        self.preempt_requested = True
 
     def _claim(self) -> Job:
         now = utcnow()
@@ -87,46 +111,27 @@ class Supervisor:
         self.session.commit()
         return job
 
-    def _run_attempt(self, job: Job) -> str:
-        spec = JobSpec.model_validate(job.spec)
-        run_dir = Path(job.run_dir or "")
+    def _prepare(self, job: Job, run_dir: Path) -> None:
         run_dir.mkdir(parents=True, exist_ok=True)
         _write_atomic(run_dir / SPEC_FILE, json.dumps(job.spec, indent=2))
         (run_dir / ERROR_FILE).unlink(missing_ok=True)
-        attempt_logs = run_dir / "logs" / f"attempt-{job.attempt}"
-        launcher_log = attempt_logs / LAUNCHER_LOG
+        if job.resume_from and not (run_dir / "checkpoints" / "latest").exists():
+            _adopt_checkpoint(Path(job.resume_from), run_dir / "checkpoints")
 
+    def _run_attempt(self, job: Job) -> str:
+        spec = JobSpec.model_validate(job.spec)
+        run_dir = Path(job.run_dir or "")
+        self._prepare(job, run_dir)
+        launcher_log = run_dir / "logs" / f"attempt-{job.attempt}" / LAUNCHER_LOG
         self.tail = EventTail(run_dir / "events.jsonl")
         proc = processes.spawn(
             torchrun_command(spec, run_dir, job.attempt), torchrun_env(job.id, job.attempt, run_dir, self.settings),
             cwd=run_dir, log_path=launcher_log,
         )
         log.info("job %s attempt %d: torchrun pid %d", job.id, job.attempt, proc.pid, extra=self.log_extra)
-        started = time.monotonic()
-        next_beat = 0.0
-        while True:
-            self._ingest()
-            now = time.monotonic()
-            if now >= next_beat:
-                if not self._heartbeat(job.attempt):
-                    # The reconciler gave the job to someone else: no process of ours may write on.
-                    processes.kill_marked(job.id)
-                    proc.wait()
-                    return "lost ownership"
-                next_beat = now + self.settings.lease_ttl_s / 3
-            status = self._status()
-            if status == Status.CANCELLING:
-                processes.stop(proc, job.id, self.settings.stop_grace_s, on_wait=self._ingest)
-                self._ingest()
-                return self._finish(job, Status.CANCELLED, reason="cancelled by user", outcome="cancelled")
-            if now - started > spec.timeout_s:
-                code = processes.stop(proc, job.id, self.settings.stop_grace_s, on_wait=self._ingest)
-                self._ingest()
-                return self._fail_or_retry(job, outcome.Failure(
-                    ErrorType.TIMEOUT, f"attempt exceeded timeout_s={spec.timeout_s}", None, code), retry=False)
-            if proc.poll() is not None:
-                break
-            time.sleep(self.settings.poll_interval_s)
+        verdict = self._watch(job, spec, proc)
+        if verdict is not None:
+            return verdict
 
         code = proc.returncode
         processes.kill_marked(job.id)  # strays such as data-loader workers orphaned by a dead rank
@@ -140,15 +145,67 @@ class Supervisor:
                                  consume_retry=False, exit_code=code)
         return self._fail_or_retry(job, outcome.failure(code, run_dir / ERROR_FILE, launcher_log))
 
+    def _watch(self, job: Job, spec: JobSpec, proc: subprocess.Popen[bytes]) -> str | None:
+        """Loop until torchrun exits (None) or the attempt is ended here (the verdict)."""
+        now = time.monotonic()
+        clock = _Watch(started=now, last_progress=now, last_heartbeat_ok=now)
+        ttl = self.settings.lease_ttl_s
+        while proc.poll() is None:
+            now = time.monotonic()
+            try:
+                if self._ingest():
+                    clock.last_progress = now
+                if now >= clock.next_heartbeat:
+                    if not self._heartbeat(job.attempt):
+                        # The reconciler gave the job to someone else: no process of ours may write on.
+                        processes.kill_marked(job.id)
+                        proc.wait()
+                        return "lost ownership"
+                    clock.last_heartbeat_ok, clock.next_heartbeat = now, now + ttl / 3
+                status = self._status()
+            except SQLAlchemyError as exc:
+                log.warning("job %s: database unreachable (%s)", job.id, exc.__class__.__name__, extra=self.log_extra)
+                self.session.rollback()
+                if now - clock.last_heartbeat_ok > ttl * 0.8:
+                    # Our lease is about to lapse and someone may take the job over: stop writing first.
+                    processes.kill_marked(job.id)
+                    proc.wait()
+                    return "lost ownership (database unreachable)"
+                time.sleep(self.settings.poll_interval_s)
+                continue
+
+            if status == Status.CANCELLING:
+                self._stop(proc, job)
+                return self._finish(job, Status.CANCELLED, reason="cancelled by user", outcome="cancelled")
+            if self.preempt_requested:
+                code = self._stop(proc, job)
+                return self._requeue(job, reason="worker stopped (preempted); resumes from its checkpoint",
+                                     outcome_name="preempted", consume_retry=False, exit_code=code)
+            if now - clock.started > spec.timeout_s:
+                code = self._stop(proc, job)
+                return self._fail_or_retry(job, outcome.Failure(
+                    ErrorType.TIMEOUT, f"timeout: attempt ran longer than timeout_s={spec.timeout_s}", None, code), retry=False)
+            if spec.stall_timeout_s and now - clock.last_progress > spec.stall_timeout_s:
+                code = self._stop(proc, job)
+                return self._fail_or_retry(job, outcome.Failure(
+                    ErrorType.STALLED, f"stalled: no progress from rank 0 for {spec.stall_timeout_s}s", None, code))
+            time.sleep(self.settings.poll_interval_s)
+        return None
+
     # ------------------------------------------------------------ steps
 
-    def _ingest(self) -> None:
+    def _stop(self, proc: subprocess.Popen[bytes], job: Job) -> int | None:
+        code = processes.stop(proc, job.id, self.settings.stop_grace_s, on_wait=self._ingest)
+        self._ingest()
+        return code
+
+    def _ingest(self) -> int:
         events = self.tail.read()
         for event in events:
             if event.get("type") == "status":
                 self.last_phase = event.get("phase")
-        for start in range(0, len(events), self.settings.ingest_batch):
-            ingest_events(self.session, self.job_id, events[start:start + self.settings.ingest_batch])
+        batch = self.settings.ingest_batch
+        return sum(ingest_events(self.session, self.job_id, events[i:i + batch]) for i in range(0, len(events), batch))
 
     def _heartbeat(self, attempt: int) -> bool:
         expires = utcnow() + timedelta(seconds=self.settings.lease_ttl_s)
@@ -170,6 +227,7 @@ class Supervisor:
         row = self.session.get(Attempt, (job.id, job.attempt))
         if row is not None:
             row.finished_at, row.outcome, row.exit_code, row.error_type = utcnow(), outcome_name, exit_code, error_type
+            row.resumed_from_step = _resumed_from(self.tail.path)
             self.session.add(row)
             self.session.commit()
 
@@ -184,14 +242,14 @@ class Supervisor:
 
     def _requeue(self, job: Job, *, reason: str, outcome_name: str, consume_retry: bool,
                  exit_code: int | None, error: outcome.Failure | None = None) -> str:
-        self._record_attempt(job, outcome_name, exit_code, error.type.value if error else None)
+        self._record_attempt(job, outcome_name, exit_code, error.type.value if error else ErrorType.PREEMPTED.value)
         values: dict[str, object] = {
             "attempt": Job.attempt + 1, "worker_id": None, "lease_expires_at": None, "exit_code": exit_code,
         }
         if not consume_retry:
             values["max_attempts"] = Job.max_attempts + 1
         if error is not None:
-            values.update(error_type=error.type.value, error_message=error.message, error_traceback=error.traceback)
+            values.update(_error_values(error))
         try:
             fresh = transition(self.session, job.id, Status.QUEUED, expect=[Status.RUNNING], reason=reason, values=values)
         except TransitionRefused as exc:
@@ -207,17 +265,47 @@ class Supervisor:
         self._record_attempt(job, "failed", error.exit_code, error.type.value)
         try:
             transition(self.session, job.id, Status.FAILED, expect=[Status.RUNNING, Status.CANCELLING], reason=error.message[:500],
-                       values={"error_type": error.type.value, "error_message": error.message,
-                               "error_traceback": error.traceback, "exit_code": error.exit_code})
+                       values=_error_values(error))
         except TransitionRefused as exc:
             log.warning("job %s: fail refused (%s)", job.id, exc, extra=self.log_extra)
         return Status.FAILED.value
+
+
+def _error_values(error: outcome.Failure) -> dict[str, object]:
+    return {"error_type": error.type.value, "error_message": error.message, "error_traceback": error.traceback,
+            "error_log_tail": error.log_tail, "exit_code": error.exit_code}
+
+
+def _resumed_from(events_path: Path) -> int | None:
+    """The step the attempt's trainer resumed from, as its 'training' status event says."""
+    step = None
+    try:
+        with events_path.open("rb") as f:
+            for line in f:
+                if b'"phase":"training"' in line:
+                    step = json.loads(line).get("resumed_from_step")
+    except (OSError, ValueError):
+        return None
+    return step
+
+
+def _adopt_checkpoint(source: Path, checkpoints: Path) -> None:
+    """Start a retried job from another job's checkpoint: hard-link its files (no copy of the
+    weights), then point ``latest`` at it, as the trainer's own checkpoints are laid out."""
+    if not source.is_dir():
+        log.warning("checkpoint %s to resume from is gone; starting from scratch", source)
+        return
+    checkpoints.mkdir(parents=True, exist_ok=True)
+    target = checkpoints / source.name
+    if not target.exists():
+        try:
+            shutil.copytree(source, target, copy_function=os.link)
+        except OSError:
+            shutil.copytree(source, target)  # another filesystem: links are impossible
+    _write_atomic(checkpoints / "latest", source.name)
 
 
 def _write_atomic(path: Path, text: str) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
-
-
-__all__ = ["supervise", "Supervisor", "subprocess"]

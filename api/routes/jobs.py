@@ -68,6 +68,12 @@ def cancel_job(job_id: str, principal: PrincipalDep, session: SessionDep, redis:
     return JobOut.of(service.request_cancel(session, redis, principal.owner, job_id))
 
 
+@router.post("/{job_id}/retry", status_code=201, response_model=JobOut,
+             summary="Run a finished job again, from its latest checkpoint, as a new job")
+def retry_job(job_id: str, principal: PrincipalDep, session: SessionDep, redis: RedisDep) -> JobOut:
+    return _detail(service.retry(session, redis, principal.owner, job_id), redis)
+
+
 @router.get("/{job_id}/metrics", response_model=MetricList, summary="Metric points, ordered by step")
 def get_metrics(
     job_id: str,

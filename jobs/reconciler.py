@@ -1,0 +1,130 @@
+"""Recovery of jobs whose worker or queue entry was lost. Run by every worker and by the API.
+
+Two passes, each safe to run from many processes at once because every change is a guarded
+transition (exactly one runner wins):
+
+* running (or cancelling) jobs whose lease expired: the worker stopped heart-beating. The
+  transition bumps ``attempt``, which fences the old supervisor: its next heartbeat matches
+  no row, so it kills its process tree before anything else is written. The job is queued
+  again (resuming from its latest checkpoint) or failed when no retries are left.
+* queued jobs that Redis no longer holds (Redis restarted empty, an enqueue failed): enqueued
+  again. A duplicate RQ entry is harmless: the claim is a guarded transition too.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+import sqlalchemy as sa
+from redis import Redis
+from redis.exceptions import RedisError
+from sqlmodel import Session
+
+from jobs import queue
+from jobs.db import get_engine
+from jobs.models import Attempt, ErrorType, Job, Status, utcnow
+from jobs.settings import Settings
+from jobs.states import TransitionRefused, transition
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Report:
+    requeued: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    cancelled: list[str] = field(default_factory=list)
+    reenqueued: list[str] = field(default_factory=list)
+
+
+def reconcile(session: Session, redis: Redis, *, enqueue_grace_s: float = 10.0) -> Report:
+    report = Report()
+    _recover_expired_leases(session, redis, report)
+    _reenqueue_lost(session, redis, report, enqueue_grace_s)
+    return report
+
+
+def _recover_expired_leases(session: Session, redis: Redis, report: Report) -> None:
+    now = utcnow()
+    expired = session.exec(  # type: ignore[call-overload]
+        sa.select(Job).where(Job.status.in_([Status.RUNNING.value, Status.CANCELLING.value]),  # type: ignore[attr-defined]
+                             Job.lease_expires_at < now)
+    ).scalars().all()
+    session.commit()
+    for job in expired:
+        lost = f"worker {job.worker_id} stopped heart-beating (lease expired)"
+        _close_attempt(session, job)
+        try:
+            if job.status == Status.CANCELLING.value:
+                transition(session, job.id, Status.CANCELLED, expect=[Status.CANCELLING], reason=f"cancelled; {lost}",
+                           values={"attempt": Job.attempt + 1})
+                report.cancelled.append(job.id)
+            elif job.attempt < job.max_attempts:
+                fresh = transition(session, job.id, Status.QUEUED, expect=[Status.RUNNING], reason=f"{lost}; retrying",
+                                   values=_lost_values(lost, job.attempt, bump=True))
+                queue.enqueue(redis, fresh)
+                report.requeued.append(job.id)
+            else:
+                transition(session, job.id, Status.FAILED, expect=[Status.RUNNING], reason=lost,
+                           values=_lost_values(lost, job.attempt, bump=True))
+                report.failed.append(job.id)
+        except TransitionRefused:
+            continue  # another reconciler, or the worker itself, got there first
+
+
+def _lost_values(message: str, attempt: int, bump: bool) -> dict[str, object]:
+    values: dict[str, object] = {"error_type": ErrorType.WORKER_LOST.value, "error_message": message,
+                                 "worker_id": None, "lease_expires_at": None}
+    if bump:
+        values["attempt"] = Job.attempt + 1
+    return values
+
+
+def _close_attempt(session: Session, job: Job) -> None:
+    row = session.get(Attempt, (job.id, job.attempt))
+    if row is not None and row.finished_at is None:
+        row.finished_at, row.outcome, row.error_type = utcnow(), "lost", ErrorType.WORKER_LOST.value
+        session.add(row)
+        session.commit()
+
+
+def _reenqueue_lost(session: Session, redis: Redis, report: Report, grace_s: float) -> None:
+    # A job queued moments ago may not have reached Redis yet; give the submitter time.
+    cutoff = utcnow() - timedelta(seconds=grace_s)
+    queued = session.exec(  # type: ignore[call-overload]
+        sa.select(Job).where(Job.status == Status.QUEUED.value, Job.updated_at < cutoff)
+    ).scalars().all()
+    session.commit()
+    for job in queued:
+        try:
+            if queue.is_waiting(redis, job):
+                continue
+        except RedisError:
+            return
+        if queue.enqueue(redis, job):
+            log.info("job %s: re-enqueued (Redis no longer held it)", job.id, extra={"job_id": job.id})
+            report.reenqueued.append(job.id)
+
+
+class ReconcilerLoop(threading.Thread):
+    """Recovers jobs of dead workers and queue entries Redis lost, every ``interval_s``."""
+
+    def __init__(self, settings: Settings, interval_s: float):
+        super().__init__(name="torchyard-reconciler", daemon=True)
+        self.settings, self.interval_s = settings, interval_s
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        engine = get_engine(self.settings.database_url)
+        redis = queue.redis_client(self.settings.redis_url)
+        while not self.stopped.wait(self.interval_s):
+            try:
+                with Session(engine, expire_on_commit=False) as session:
+                    report = reconcile(session, redis, enqueue_grace_s=self.settings.lease_ttl_s)
+                if any(vars(report).values()):
+                    log.info("reconciled: %s", report)
+            except Exception:  # noqa: BLE001 - the loop must outlive a passing database or Redis outage
+                log.exception("reconcile pass failed")
