@@ -6,7 +6,9 @@ transition (exactly one runner wins):
 * running (or cancelling) jobs whose lease expired: the worker stopped heart-beating. The
   transition bumps ``attempt``, which fences the old supervisor: its next heartbeat matches
   no row, so it kills its process tree before anything else is written. The job is queued
-  again (resuming from its latest checkpoint) or failed when no retries are left.
+  again, resuming from its latest checkpoint. A lost worker is not the job's fault, so like a
+  preemption it spends no retry; only a job that has lost ``max_worker_losses`` workers (one
+  that keeps taking its host down, say) is failed.
 * queued jobs that Redis no longer holds (Redis restarted empty, an enqueue failed): enqueued
   again. A duplicate RQ entry is harmless: the claim is a guarded transition too.
 """
@@ -40,14 +42,14 @@ class Report:
     reenqueued: list[str] = field(default_factory=list)
 
 
-def reconcile(session: Session, redis: Redis, *, enqueue_grace_s: float = 10.0) -> Report:
+def reconcile(session: Session, redis: Redis, *, enqueue_grace_s: float = 10.0, max_worker_losses: int = 3) -> Report:
     report = Report()
-    _recover_expired_leases(session, redis, report)
+    _recover_expired_leases(session, redis, report, max_worker_losses)
     _reenqueue_lost(session, redis, report, enqueue_grace_s)
     return report
 
 
-def _recover_expired_leases(session: Session, redis: Redis, report: Report) -> None:
+def _recover_expired_leases(session: Session, redis: Redis, report: Report, max_worker_losses: int) -> None:
     now = utcnow()
     expired = session.exec(  # type: ignore[call-overload]
         sa.select(Job).where(Job.status.in_([Status.RUNNING.value, Status.CANCELLING.value]),  # type: ignore[attr-defined]
@@ -62,25 +64,28 @@ def _recover_expired_leases(session: Session, redis: Redis, report: Report) -> N
                 transition(session, job.id, Status.CANCELLED, expect=[Status.CANCELLING], reason=f"cancelled; {lost}",
                            values={"attempt": Job.attempt + 1})
                 report.cancelled.append(job.id)
-            elif job.attempt < job.max_attempts:
-                fresh = transition(session, job.id, Status.QUEUED, expect=[Status.RUNNING], reason=f"{lost}; retrying",
-                                   values=_lost_values(lost, job.attempt, bump=True))
+            elif _losses(session, job.id) <= max_worker_losses:
+                fresh = transition(session, job.id, Status.QUEUED, expect=[Status.RUNNING], reason=f"{lost}; requeued",
+                                   values={**_lost_values(lost), "max_attempts": Job.max_attempts + 1})
                 queue.enqueue(redis, fresh)
                 report.requeued.append(job.id)
             else:
-                transition(session, job.id, Status.FAILED, expect=[Status.RUNNING], reason=lost,
-                           values=_lost_values(lost, job.attempt, bump=True))
+                transition(session, job.id, Status.FAILED, expect=[Status.RUNNING],
+                           reason=f"{lost}; {max_worker_losses} workers lost already", values=_lost_values(lost))
                 report.failed.append(job.id)
         except TransitionRefused:
             continue  # another reconciler, or the worker itself, got there first
 
 
-def _lost_values(message: str, attempt: int, bump: bool) -> dict[str, object]:
-    values: dict[str, object] = {"error_type": ErrorType.WORKER_LOST.value, "error_message": message,
-                                 "worker_id": None, "lease_expires_at": None}
-    if bump:
-        values["attempt"] = Job.attempt + 1
-    return values
+def _lost_values(message: str) -> dict[str, object]:
+    # Bumping the attempt is what fences the old supervisor out (its heartbeat is keyed on it).
+    return {"error_type": ErrorType.WORKER_LOST.value, "error_message": message, "worker_id": None,
+            "lease_expires_at": None, "attempt": Job.attempt + 1}
+
+
+def _losses(session: Session, job_id: str) -> int:
+    query = sa.select(sa.func.count()).select_from(Attempt).where(Attempt.job_id == job_id, Attempt.outcome == "lost")
+    return session.exec(query).scalar_one()  # type: ignore[call-overload]
 
 
 def _close_attempt(session: Session, job: Job) -> None:
@@ -123,7 +128,8 @@ class ReconcilerLoop(threading.Thread):
         while not self.stopped.wait(self.interval_s):
             try:
                 with Session(engine, expire_on_commit=False) as session:
-                    report = reconcile(session, redis, enqueue_grace_s=self.settings.lease_ttl_s)
+                    report = reconcile(session, redis, enqueue_grace_s=self.settings.lease_ttl_s,
+                                       max_worker_losses=self.settings.max_worker_losses)
                 if any(vars(report).values()):
                     log.info("reconciled: %s", report)
             except Exception:  # noqa: BLE001 - the loop must outlive a passing database or Redis outage

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -32,6 +32,14 @@ class Settings(BaseSettings):
     poll_interval_s: float = Field(0.5, gt=0, description="Supervisor loop period: tail events, heartbeat, check cancel.")
     stop_grace_s: float = Field(30.0, ge=0, description="SIGTERM to SIGKILL, time for the trainer to checkpoint.")
     ingest_batch: int = Field(500, ge=1)
+    max_worker_losses: int = Field(3, ge=0, description="Lost workers a job survives (requeued, no retry spent) before it fails.")
+
+    # HTTP API limits and streaming (api/).
+    max_request_bytes: int = Field(1_048_576, ge=1024, description="Request bodies above this many bytes answer 413.")
+    max_queued_per_owner: int = Field(1000, ge=1, description="Queued jobs one owner may have; more submissions answer 429.")
+    max_running_per_owner: int = Field(100, ge=1, description="Running jobs one owner may have; further jobs wait in the queue.")
+    sse_poll_interval_s: float = Field(0.5, gt=0, le=60, description="How often event and log streams poll SQL and files.")
+    log_format: Literal["json", "text"] = Field("json", description="json: one object per line with job_id and request_id.")
 
     @field_validator("worker_queues", mode="before")
     @classmethod
@@ -41,7 +49,8 @@ class Settings(BaseSettings):
         return value
 
     def spec_limits(self) -> SpecLimits:
-        return SpecLimits(max_nproc_per_node=self.max_nproc_per_node, max_nnodes=self.max_nnodes, data_dir=self.data_dir)
+        return SpecLimits(max_nproc_per_node=self.max_nproc_per_node, max_nnodes=self.max_nnodes, data_dir=self.data_dir,
+                          code_dir=self.code_dir)
 
 
 @lru_cache(maxsize=1)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 
 from jobs.settings import Settings
 from stack.redis_server import free_port
@@ -65,8 +67,9 @@ class Services:
     def _spawn(self, args: list[str], name: str, **env: str) -> subprocess.Popen[bytes]:
         self.logs.mkdir(parents=True, exist_ok=True)
         out = (self.logs / f"{name}.log").open("ab")
+        # Own sessions, like containers: a signal meant for a worker never reaches pytest.
         return subprocess.Popen([sys.executable, "-m", *args], env=service_env(self.settings, **env), cwd=ROOT,
-                                stdout=out, stderr=subprocess.STDOUT)
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
 
     def start_api(self) -> Services:
         self.api = self._spawn(["api", "--port", str(self.port), "--log-level", "warning"], "api")
@@ -97,14 +100,34 @@ class Services:
 
         return wait_until(check, timeout_s, interval_s=0.3, what=f"job {job_id} to reach {statuses}")
 
+    def kill_worker(self, worker: subprocess.Popen[bytes], whole: bool = True) -> None:
+        """SIGKILL a worker as a crashing container would: its main process and (``whole``) every descendant."""
+        victims = tree(worker.pid) if whole else [psutil.Process(worker.pid)]
+        for proc in victims:
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+        psutil.wait_procs(victims, timeout=10)
+        worker.wait()
+
     def stop(self) -> None:
         procs = [p for p in [*self.workers, self.api] if p is not None]
+        descendants = [d for p in procs if p.poll() is None for d in tree(p.pid)]
         for proc in procs:
             if proc.poll() is None:
-                proc.send_signal(signal.SIGINT if proc in self.workers else signal.SIGTERM)
-        for proc in procs:
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
+                proc.send_signal(signal.SIGTERM)
+        _, alive = psutil.wait_procs(descendants, timeout=20)
+        for proc in alive:
+            with contextlib.suppress(psutil.Error):
                 proc.kill()
-                proc.wait()
+        psutil.wait_procs(alive, timeout=10)
+        for proc in procs:
+            proc.wait()
+
+
+def tree(pid: int) -> list[psutil.Process]:
+    """A process and all its descendants, including those in other sessions (torchrun's ranks)."""
+    try:
+        root = psutil.Process(pid)
+        return [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return []

@@ -11,7 +11,7 @@ from pathlib import Path
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from trainer.exit_codes import SPEC_ERROR_EXIT_CODE
-from trainer.spec import SpecLimits, load_spec_file
+from trainer.spec import JobSpec, SpecLimits, load_spec_file
 
 log = logging.getLogger("trainer")
 
@@ -45,6 +45,10 @@ def main(argv: list[str] | None = None) -> int:
         spec = load_spec_file(args.spec, limits)
     except (ValueError, OSError) as exc:  # pydantic.ValidationError and SpecError are ValueErrors
         log.error("cannot run spec %s: %s", args.spec, exc)
+        return SPEC_ERROR_EXIT_CODE
+    if not isinstance(spec, JobSpec):
+        # kind: script jobs run the user's entrypoint under torchrun directly, never this engine.
+        log.error("spec %s is a %r job; python -m trainer runs catalog jobs only", args.spec, spec.kind)
         return SPEC_ERROR_EXIT_CODE
     args.run_dir.mkdir(parents=True, exist_ok=True)
 

@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from trainer import tasks
+from trainer import faults, tasks
 from trainer.checkpoint import Checkpointer, TrainPosition
 from trainer.data import build_dataset
 from trainer.data.loader import TrainBatches, eval_batches
@@ -22,7 +22,7 @@ from trainer.exit_codes import PREEMPTED_EXIT_CODE
 from trainer.metrics import MetricsReporter
 from trainer.models import build_model
 from trainer.optim import build_optimizer, build_scheduler
-from trainer.parallel import parallelize
+from trainer.parallel import grad_scaler, parallelize, reshard
 from trainer.preemption import StopSignal
 from trainer.spec import JobSpec
 
@@ -41,6 +41,20 @@ def _grad_norm_and_clip(model: nn.Module, max_norm: float | None) -> torch.Tenso
     return norm
 
 
+def _local_numel(t: torch.Tensor) -> int:
+    return t.to_local().numel() if hasattr(t, "to_local") else t.numel()
+
+
+def shard_footprint(net: nn.Module, optimizer: torch.optim.Optimizer, rank: RankInfo) -> dict[str, list[int]]:
+    """Elements of parameters and optimizer state each rank actually holds (FSDP: its shards); a collective."""
+    params = sum(_local_numel(p) for p in net.parameters())
+    optim = sum(_local_numel(v) for st in optimizer.state.values() for v in st.values() if torch.is_tensor(v) and v.ndim > 0)
+    mine = torch.tensor([params, optim], dtype=torch.long, device=rank.device)
+    every = [torch.zeros_like(mine) for _ in range(rank.world_size)]
+    dist.all_gather(every, mine)
+    return {"local_param_numel": [int(t[0]) for t in every], "local_optim_numel": [int(t[1]) for t in every]}
+
+
 def _flops_per_sample(model: nn.Module, spec: JobSpec, info) -> float | None:
     """Training FLOPs per sequence for gpt (6N + attention, as in the PaLM appendix) for MFU."""
     if spec.model.name != "gpt":
@@ -54,6 +68,8 @@ def _flops_per_sample(model: nn.Module, spec: JobSpec, info) -> float | None:
 def run(spec: JobSpec, run_dir: Path, rank: RankInfo, data_dir: Path | None) -> int:
     """Train the job; returns the process exit code (0 done, PREEMPTED_EXIT_CODE after a SIGTERM)."""
     t = spec.train
+    if t.precision == "fp16" and rank.device.type != "cuda":
+        raise ValueError("train.precision: fp16 needs CUDA; use bf16 or fp32 on the CPU")
     events = EventWriter(run_dir, enabled=rank.is_main)
     control_group = dist.new_group(backend="gloo") if rank.world_size > 1 else None
     stop = StopSignal(rank.world_size, control_group)
@@ -72,7 +88,7 @@ def run(spec: JobSpec, run_dir: Path, rank: RankInfo, data_dir: Path | None) -> 
     fused = rank.device.type == "cuda" and wrapped.strategy == "ddp"
     optimizer = build_optimizer(net, t, fused=fused)
     scheduler = build_scheduler(optimizer, t, total_steps)
-    scaler = torch.amp.GradScaler(rank.device.type) if t.precision == "fp16" else None
+    scaler = grad_scaler(wrapped, t.precision, rank.device)
     torch.manual_seed(t.seed + 1 + rank.rank)  # per-rank stream for dropout; restored exactly on resume
 
     async_group = dist.new_group(backend="gloo") if spec.checkpoint.async_save else None
@@ -82,8 +98,9 @@ def run(spec: JobSpec, run_dir: Path, rank: RankInfo, data_dir: Path | None) -> 
     resumed_from = pos.step
     tokens = bundle.info.input_shape[0] if bundle.info.task == "lm" else None
     reporter = MetricsReporter(events, rank, t.log_every_steps, total_steps, t.global_batch_size, tokens, flops)
+    mesh = dict(zip(wrapped.mesh.mesh_dim_names, wrapped.mesh.shape, strict=True)) if wrapped.mesh is not None else None
     events.status("training", world_size=rank.world_size, total_steps=total_steps, steps_per_epoch=batches.steps_per_epoch,
-                  resumed_from_step=resumed_from)
+                  resumed_from_step=resumed_from, mesh=mesh)
     log.info("training steps %d..%d (epoch %d, step %d in epoch)", pos.step + 1, total_steps, pos.epoch, pos.step_in_epoch)
 
     autocast = (torch.autocast(rank.device.type, dtype=wrapped.autocast_dtype) if wrapped.autocast_dtype is not None
@@ -130,13 +147,15 @@ def run(spec: JobSpec, run_dir: Path, rank: RankInfo, data_dir: Path | None) -> 
             if pos.step < total_steps:
                 epoch_iter = batches.epoch(pos.epoch)
 
-        reporter.train_step(pos.step, step_epoch, loss_sum, grad_norm, lr)
+        faults.at_step(pos.step, rank.rank)
+        if reporter.train_step(pos.step, step_epoch, loss_sum, grad_norm, lr) and reporter.agreed_step_time:
+            stop.set_interval_from_step_time(reporter.agreed_step_time)
         last = pos.step == total_steps
         busy = False
         if bundle.eval is not None and (last or (spec.eval.every_steps and pos.step % spec.eval.every_steps == 0)):
             evaluate(net, bundle.eval, rank, spec, task, autocast, events, pos.step, step_epoch)
             busy = True
-        if not last and stop.should_stop():
+        if not last and stop.should_stop(pos.step):
             preempted = True
             break
         if not last and checkpointer.due(pos.step):
@@ -147,16 +166,17 @@ def run(spec: JobSpec, run_dir: Path, rank: RankInfo, data_dir: Path | None) -> 
             reporter.reset_window(pos.step)
 
     stop.close()
+    footprint = shard_footprint(net, optimizer, rank)
     step_epoch = pos.epoch if pos.step_in_epoch else max(0, pos.epoch - 1)
     if pos.step > resumed_from or checkpointer.last_saved_step != pos.step:
         checkpointer.save(pos, step_epoch, net, optimizer, scheduler, scaler, final=not preempted)
     checkpointer.wait()
     if preempted:
         log.warning("stopped by signal after step %d; checkpoint saved", pos.step)
-        events.status("preempted", step=pos.step, epoch=step_epoch)
+        events.status("preempted", step=pos.step, epoch=step_epoch, **footprint)
         events.close()
         return PREEMPTED_EXIT_CODE
-    events.status("done", step=pos.step, epoch=step_epoch, total_steps=total_steps)
+    events.status("done", step=pos.step, epoch=step_epoch, total_steps=total_steps, **footprint)
     events.close()
     return 0
 
@@ -175,6 +195,7 @@ def evaluate(net: nn.Module, dataset, rank: RankInfo, spec: JobSpec, task: str, 
         sums += tasks.eval_sums(task, out, y, valid).double()
     if rank.world_size > 1:
         dist.all_reduce(sums)
+    reshard(net)
     net.train()
     metrics = tasks.eval_metrics(task, sums.cpu())
     if metrics:

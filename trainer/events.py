@@ -32,6 +32,14 @@ def last_seq(path: Path) -> int:
     return best
 
 
+def _ends_torn(path: Path) -> bool:
+    with path.open("rb") as f:
+        if f.seek(0, os.SEEK_END) == 0:
+            return False
+        f.seek(-1, os.SEEK_END)
+        return f.read(1) != b"\n"
+
+
 def _clean(value: Any) -> Any:
     # JSON has no NaN/inf; a diverged loss is reported as null instead of breaking the reader.
     if isinstance(value, float) and not math.isfinite(value):
@@ -52,6 +60,11 @@ class EventWriter:
             path = run_dir / EVENTS_FILE
             self._seq = last_seq(path)
             self._file = path.open("a", encoding="utf-8")
+            if _ends_torn(path):
+                # A crash mid-write left a partial line: end it, so the next event starts on its own line
+                # (readers skip the unparsable fragment) instead of being glued onto it.
+                self._file.write("\n")
+                self._file.flush()
 
     def emit(self, type_: str, **fields: Any) -> None:
         if not self.enabled or self._file is None:

@@ -1,7 +1,8 @@
 """Fault injection for chaos testing: make a chosen rank raise, hang or die at a chosen step.
 
 ``TORCHYARD_FAULTS`` holds a JSON list such as
-``[{"action": "raise", "step": 5, "rank": 1, "restart": 0, "attempt": 1}]``. ``restart`` matches
+``[{"action": "raise", "step": 5, "rank": 1, "restart": 0, "attempt": 1}]``. ``slow`` sleeps
+``seconds`` after every step from ``step`` on, so a test has time to interfere mid-job. ``restart`` matches
 torchrun's restart count inside an attempt and ``attempt`` the service's attempt number; leave
 either out (null) to fire on every one. Unset in normal runs, where this costs one dict lookup.
 """
@@ -27,12 +28,13 @@ class InjectedFault(RuntimeError):
 
 @dataclass(frozen=True)
 class Fault:
-    action: Literal["raise", "hang", "exit", "sigkill"]
+    action: Literal["raise", "hang", "exit", "sigkill", "slow"]
     step: int
     rank: int = 0
     restart: int | None = 0
     attempt: int | None = 1
     code: int = 1
+    seconds: float = 0.1
 
 
 def _load() -> list[Fault]:
@@ -51,6 +53,9 @@ _FAULTS = _load()
 def at_step(step: int, rank: int) -> None:
     """Fire any fault planned for this rank at this step (called after each optimizer step)."""
     for fault in _FAULTS:
+        if fault.action == "slow" and step >= fault.step:
+            time.sleep(fault.seconds)
+            continue
         if fault.step != step or fault.rank != rank:
             continue
         log.error("injected fault: %s at step %d on rank %d", fault.action, step, rank)

@@ -44,6 +44,7 @@ class MetricsReporter:
         self.tokens_per_sample = tokens_per_sample
         self.flops_per_sample = flops_per_sample
         self.peak = peak_flops(rank.device)
+        self.agreed_step_time: float | None = None  # rank 0's last reported step time, equal on every rank
         self.reset_window(0)
 
     def reset_window(self, step: int) -> None:
@@ -58,14 +59,16 @@ class MetricsReporter:
         """Report step ``step`` (1-based) with its summed micro-batch loss; a collective on every rank."""
         if not self.due(step):
             return {}
-        norm = grad_norm.detach().float() if grad_norm is not None else torch.zeros((), device=loss.device)
-        stats = torch.stack([loss.detach().float(), norm])
-        if self.rank.world_size > 1:
-            dist.all_reduce(stats)
-            stats = stats / self.rank.world_size  # the grad norm is already global; averaging equal values keeps it
-        loss_v, norm_v = stats.tolist()  # the one host sync of a log step
         elapsed = time.perf_counter() - self._t0
         steps = max(1, step - self._step0)
+        norm = grad_norm.detach().float() if grad_norm is not None else torch.zeros((), device=loss.device)
+        # Rank 0's step time rides along (others add 0), so every rank gets exactly the same number.
+        own_time = torch.tensor(elapsed / steps if self.rank.is_main else 0.0, device=loss.device)
+        stats = torch.stack([loss.detach().float(), norm, own_time.float()])
+        if self.rank.world_size > 1:
+            dist.all_reduce(stats)
+            stats[:2] /= self.rank.world_size  # the grad norm is already global; averaging equal values keeps it
+        loss_v, norm_v, self.agreed_step_time = stats.tolist()  # the one host sync of a log step
         samples_per_s = steps * self.global_batch / elapsed if elapsed > 0 else 0.0
         values = {
             "train/loss": loss_v,

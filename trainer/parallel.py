@@ -34,6 +34,19 @@ def has_batchnorm(model: nn.Module) -> bool:
     return any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules())
 
 
+def maybe_sync_batchnorm(model: nn.Module, rank: RankInfo) -> nn.Module:
+    """BatchNorm statistics over the global batch, so 2 ranks of 32 normalise like 1 rank of 64.
+
+    SyncBatchNorm runs on GPUs only; on the CPU each rank keeps its own batch statistics.
+    """
+    if rank.world_size == 1 or not has_batchnorm(model):
+        return model
+    if rank.device.type == "cpu":
+        log.info("model has BatchNorm; SyncBatchNorm needs a GPU, so on the CPU statistics are per rank")
+        return model
+    return nn.SyncBatchNorm.convert_sync_batchnorm(model)
+
+
 def apply_activation_checkpointing(model: nn.Module) -> None:
     """Recompute each block's activations in backward instead of storing them."""
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import apply_activation_checkpointing as apply_ac
@@ -44,9 +57,7 @@ def apply_activation_checkpointing(model: nn.Module) -> None:
 
 def apply_ddp(model: nn.Module, rank: RankInfo, spec: JobSpec) -> Parallelized:
     opts = spec.parallel.ddp
-    if rank.world_size > 1 and has_batchnorm(model):
-        # Batch statistics over the global batch, so 2 ranks of 32 behave like 1 rank of 64.
-        model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
+    model = maybe_sync_batchnorm(model, rank)
     ddp = DDP(
         model,
         device_ids=[rank.device.index] if rank.device.type == "cuda" else None,
@@ -74,9 +85,9 @@ def apply_fsdp(model: nn.Module, rank: RankInfo, spec: JobSpec) -> Parallelized:
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
     opts = spec.parallel.fsdp
-    if rank.world_size > 1 and has_batchnorm(model):
-        model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
+    model = maybe_sync_batchnorm(model, rank)
     mesh = _fsdp_mesh(rank, opts.hsdp)
+    log.info("FSDP2 mesh %s %s", tuple(mesh.shape), mesh.mesh_dim_names)
     precision = spec.train.precision
     # Parameters compute in bf16/fp16 but gradients are reduced in fp32 so sums over many ranks stay accurate.
     mp = MixedPrecisionPolicy(param_dtype=_DTYPES[precision], reduce_dtype=torch.float32) if precision != "fp32" else MixedPrecisionPolicy()
@@ -90,10 +101,49 @@ def apply_fsdp(model: nn.Module, rank: RankInfo, spec: JobSpec) -> Parallelized:
     return Parallelized(model, "fsdp", None, mesh)
 
 
+def grad_scaler(wrapped: Parallelized, precision: str, device: torch.device):
+    """fp16 loss scaling. Under FSDP each rank sees only its gradient shard, so an overflow found on one
+    rank must skip the step on all of them: ShardedGradScaler all-reduces found_inf."""
+    if precision != "fp16":
+        return None
+    if wrapped.strategy == "fsdp":
+        from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+
+        return ShardedGradScaler(device=device.type)
+    return torch.amp.GradScaler(device.type)
+
+
+def reshard(model: nn.Module) -> None:
+    """Free gathered FSDP parameters after a forward without backward (eval), which leaves them unsharded."""
+    from torch.distributed.fsdp import FSDPModule
+
+    for m in model.modules():
+        if isinstance(m, FSDPModule):
+            m.reshard()
+
+
+def _replace_blocks(model: nn.Module, wrap) -> None:
+    """Replace each block in its parent module by ``wrap(block)``."""
+    targets = {id(b) for b in model_blocks(model)}
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if id(child) in targets:
+                parent.register_module(name, wrap(child))
+
+
+def apply_compile(model: nn.Module) -> None:
+    """torch.compile each block (not the whole model): the blocks are identical, so one compiled graph
+    is reused, and FSDP's hooks on the block wrappers stay outside the compiled code (as torchtitan does).
+    Checkpoint names are unaffected: DCP drops the ``_orig_mod`` prefix."""
+    _replace_blocks(model, torch.compile)
+
+
 def parallelize(model: nn.Module, rank: RankInfo, spec: JobSpec) -> Parallelized:
-    """Move the model to its device, optionally checkpoint activations and compile, then wrap it."""
+    """Activation checkpointing, then compile, then DDP or FSDP2 (the order torchtitan uses)."""
     if spec.train.activation_checkpointing:
         apply_activation_checkpointing(model)
+    if spec.train.compile:
+        apply_compile(model)
     if spec.parallel.strategy == "fsdp":
         if not spec.parallel.fsdp.cpu_offload:
             model.to(rank.device)
@@ -101,9 +151,5 @@ def parallelize(model: nn.Module, rank: RankInfo, spec: JobSpec) -> Parallelized
     else:
         model.to(rank.device)
         wrapped = apply_ddp(model, rank, spec)
-    if spec.train.compile:
-        # Compile the per-block modules' forward in place so FQNs (and checkpoints) keep their names.
-        for block in model_blocks(model):
-            block.compile()
     log.info("model parallelized with %s over %d ranks", wrapped.strategy, dist.get_world_size() if dist.is_initialized() else 1)
     return wrapped

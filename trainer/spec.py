@@ -9,18 +9,28 @@ Validation happens in two layers:
 * rules that span fields or depend on the host (``spec_problems``): batch
   divisible by ranks, model/data compatibility, data paths under the data root,
   process counts within what the workers allow. Each problem names its field.
+
+Two kinds of job share one base (name, parallel, retries, limits, queue, labels):
+``kind: catalog`` (``JobSpec``, the default when ``kind`` is absent) trains a
+catalog model on a catalog dataset; ``kind: script`` (``ScriptJobSpec``) runs the
+user's own script from the code root under torchrun. ``AnySpec`` is the union,
+``spec_from_dict`` parses it.
 """
 
 from __future__ import annotations
 
+import importlib.machinery
+import importlib.util
 import json
 import os
 import re
+import sys
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Literal
+from pathlib import Path, PurePath
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, StringConstraints, Tag, TypeAdapter, ValidationError, WrapValidator
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from trainer import catalog
 
@@ -107,23 +117,97 @@ class CheckpointSpec(_Strict):
     async_save: bool = Field(False, description="Save in the background so training is not blocked.")
 
 
-class JobSpec(_Strict):
-    """A catalog training job: a model from the catalog trained on a dataset from the catalog."""
+class JobBase(_Strict):
+    """What every kind of job has: identity, ranks, restarts and retries, limits, queue, labels."""
 
-    kind: Literal["catalog"] = "catalog"
+    kind: str  # narrowed to a Literal by each kind; declared here so it stays the first field
     name: str = Field(..., pattern=NAME_PATTERN, description="Human name; letters, digits, '.', '_' and '-'.")
-    model: ModelSpec
-    data: DataSpec
     parallel: ParallelSpec = Field(default_factory=ParallelSpec)
-    train: TrainSpec = Field(default_factory=TrainSpec)
-    eval: EvalSpec = Field(default_factory=EvalSpec)
-    checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
     max_restarts: int = Field(0, ge=0, le=100, description="torchrun restarts of all ranks inside one attempt.")
     retries: int = Field(0, ge=0, le=100, description="Further whole-job attempts, each resuming from the latest checkpoint.")
     timeout_s: int = Field(86_400, ge=1, le=30 * 86_400, description="Wall-clock limit of one attempt.")
     stall_timeout_s: int | None = Field(None, ge=10, le=86_400, description="No new step for this long stops the attempt.")
     queue: str = Field("default", pattern=NAME_PATTERN, description="RQ queue the job waits in.")
     labels: dict[str, str] = Field(default_factory=dict, max_length=32, description="Free-form labels for filtering.")
+
+
+class JobSpec(JobBase):
+    """A catalog training job: a model from the catalog trained on a dataset from the catalog."""
+
+    kind: Literal["catalog"] = "catalog"
+    model: ModelSpec
+    data: DataSpec
+    train: TrainSpec = Field(default_factory=TrainSpec)
+    eval: EvalSpec = Field(default_factory=EvalSpec)
+    checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
+
+
+# ---------------------------------------------------------------- script jobs
+
+MODULE_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
+ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
+
+ScriptArg = Annotated[str, StringConstraints(max_length=4096)]
+EnvValue = Annotated[str, StringConstraints(max_length=4096)]
+
+
+class ScriptJobSpec(JobBase):
+    """The user's own training script (a .py file or a module under the code root, or an installed module) run under torchrun.
+
+    ``parallel`` sets nnodes and nproc_per_node; strategy and its options are the script's own business.
+    """
+
+    kind: Literal["script"]
+    entrypoint: str = Field(
+        ..., min_length=1, max_length=1024,
+        description="A .py file under TORCHYARD_CODE_DIR ('train/ddp.py'), or a dotted module under it or installed ('mypkg.train').",
+    )
+    args: list[ScriptArg] = Field(
+        default_factory=list, max_length=256, description="Command-line arguments, one list item each; never passed through a shell.",
+    )
+    env: dict[str, EnvValue] = Field(
+        default_factory=dict, max_length=64,
+        description="Extra environment for every rank. Names that change how Python, the loader or torch load code are refused.",
+    )
+
+
+def _spec_kind(value: Any) -> str:
+    # A spec without ``kind`` is a catalog job: every spec written before script jobs existed stays valid.
+    if isinstance(value, dict):
+        return value.get("kind", "catalog")
+    return getattr(value, "kind", "catalog")
+
+
+_KINDS: dict[str, type[JobBase]] = {"catalog": JobSpec, "script": ScriptJobSpec}
+
+
+def _validate_kind(value: Any, handler: Any) -> Any:
+    # The tagged union alone would put the tag in every error location ("catalog.train.lr"); validating
+    # the chosen class directly keeps locations as the user wrote them ("train.lr"). The union stays
+    # underneath for the JSON schema (oneOf) and for inputs that are not mappings.
+    if isinstance(value, dict):
+        kind = _spec_kind(value)
+        cls = _KINDS.get(kind) if isinstance(kind, str) else None
+        if cls is None:
+            raise ValidationError.from_exception_data("JobSpec", [InitErrorDetails(
+                type=PydanticCustomError("job_kind", "unknown job kind '{kind}'; use 'catalog' or 'script'", {"kind": str(kind)}),
+                loc=("kind",), input=kind,
+            )])
+        return cls.model_validate(value)
+    return handler(value)
+
+
+AnySpec = Annotated[
+    Annotated[JobSpec, Tag("catalog")] | Annotated[ScriptJobSpec, Tag("script")],
+    Discriminator(_spec_kind),
+    WrapValidator(_validate_kind),
+]
+SPEC_ADAPTER: TypeAdapter[JobSpec | ScriptJobSpec] = TypeAdapter(AnySpec)
+
+
+def spec_from_dict(raw: dict[str, Any]) -> JobSpec | ScriptJobSpec:
+    """A stored or submitted spec as its kind's class; raises pydantic.ValidationError. No host checks."""
+    return SPEC_ADAPTER.validate_python(raw)
 
 
 @dataclass(frozen=True)
@@ -133,6 +217,7 @@ class SpecLimits:
     max_nproc_per_node: int = 64
     max_nnodes: int = 64
     data_dir: Path | None = None
+    code_dir: Path | None = None  # script jobs' entrypoints must resolve under it
 
 
 @dataclass(frozen=True)
@@ -170,9 +255,11 @@ def resolve_under(root: Path, relative: str) -> Path | None:
     return target if target == root or root in target.parents else None
 
 
-def spec_problems(spec: JobSpec, limits: SpecLimits | None = None) -> list[SpecProblem]:
+def spec_problems(spec: JobSpec | ScriptJobSpec, limits: SpecLimits | None = None) -> list[SpecProblem]:
     """Every reason this spec cannot run; empty when it can."""
     limits = limits or SpecLimits()
+    if isinstance(spec, ScriptJobSpec):
+        return _common_problems(spec, limits) + script_problems(spec, limits)
     problems: list[SpecProblem] = []
 
     model = catalog.model_entry(spec.model.name)
@@ -202,6 +289,25 @@ def spec_problems(spec: JobSpec, limits: SpecLimits | None = None) -> list[SpecP
         problems.append(SpecProblem(("train", "betas"), "each beta must be in [0, 1)"))
     if t.precision == "fp16" and p.device == "cpu":
         problems.append(SpecProblem(("train", "precision"), "fp16 needs CUDA; use bf16 or fp32 on the CPU"))
+    problems += _common_problems(spec, limits)
+
+    if limits.data_dir is not None:
+        for name in catalog.DATA_PATH_FIELDS:
+            value = spec.data.args.get(name)
+            if value is None:
+                continue
+            resolved = resolve_under(limits.data_dir, str(value))
+            if resolved is None:
+                problems.append(SpecProblem(("data", "args", name), f"{value!r} is outside the data root"))
+            elif not resolved.is_file():
+                problems.append(SpecProblem(("data", "args", name), f"{value!r} does not exist under the data root"))
+    return problems
+
+
+def _common_problems(spec: JobBase, limits: SpecLimits) -> list[SpecProblem]:
+    """Checks every kind of job gets: process counts within the host's limits, label shapes."""
+    problems: list[SpecProblem] = []
+    p = spec.parallel
     if p.nproc_per_node > limits.max_nproc_per_node:
         problems.append(SpecProblem(
             ("parallel", "nproc_per_node"),
@@ -215,17 +321,6 @@ def spec_problems(spec: JobSpec, limits: SpecLimits | None = None) -> list[SpecP
             problems.append(SpecProblem(("labels", key), "label keys are letters, digits, '.', '_', '/' and '-', at most 63"))
         elif len(spec.labels[key]) > 256:
             problems.append(SpecProblem(("labels", key), "label values are at most 256 characters"))
-
-    if limits.data_dir is not None:
-        for name in catalog.DATA_PATH_FIELDS:
-            value = spec.data.args.get(name)
-            if value is None:
-                continue
-            resolved = resolve_under(limits.data_dir, str(value))
-            if resolved is None:
-                problems.append(SpecProblem(("data", "args", name), f"{value!r} is outside the data root"))
-            elif not resolved.is_file():
-                problems.append(SpecProblem(("data", "args", name), f"{value!r} does not exist under the data root"))
     return problems
 
 
@@ -266,16 +361,16 @@ def _compatibility_problems(spec: JobSpec, model: catalog.CatalogEntry, data: ca
     return problems
 
 
-def parse_spec(raw: dict[str, Any] | str | bytes, limits: SpecLimits | None = None) -> JobSpec:
-    """Parse and check a spec; raises pydantic.ValidationError or SpecError."""
-    spec = JobSpec.model_validate_json(raw) if isinstance(raw, (str, bytes)) else JobSpec.model_validate(raw)
+def parse_spec(raw: dict[str, Any] | str | bytes, limits: SpecLimits | None = None) -> JobSpec | ScriptJobSpec:
+    """Parse and check a spec of any kind; raises pydantic.ValidationError or SpecError."""
+    spec = SPEC_ADAPTER.validate_json(raw) if isinstance(raw, (str, bytes)) else SPEC_ADAPTER.validate_python(raw)
     problems = spec_problems(spec, limits)
     if problems:
         raise SpecError(problems)
     return spec
 
 
-def load_spec_file(path: str | Path, limits: SpecLimits | None = None) -> JobSpec:
+def load_spec_file(path: str | Path, limits: SpecLimits | None = None) -> JobSpec | ScriptJobSpec:
     """Read a spec from a .json or .yaml file, as the trainer does when started by hand."""
     text = Path(path).read_text(encoding="utf-8")
     if str(path).endswith((".yaml", ".yml")):
@@ -283,3 +378,176 @@ def load_spec_file(path: str | Path, limits: SpecLimits | None = None) -> JobSpe
 
         return parse_spec(yaml.safe_load(text), limits)
     return parse_spec(json.loads(text), limits)
+
+
+# ---------------------------------------------------------------- script job checks
+
+# Environment a script job may not set, by why. These change which code Python, the dynamic loader or
+# torch load (an env must never turn "run this file" into "run that library" or "unpickle anything"),
+# or they are facts torchrun and the worker own (rendezvous, ranks, devices, the job mark).
+_ENV_NATIVE = frozenset({
+    "GCONV_PATH", "LOCPATH", "NLSPATH", "OPENSSL_CONF", "OPENSSL_ENGINES", "OPENSSL_MODULES",
+    "CUDA_INJECTION64_PATH", "NVTX_INJECTION64_PATH", "OMP_TOOL", "OMP_TOOL_LIBRARIES", "NCCL_CONF_FILE",
+})
+_ENV_CODE = frozenset({
+    "PATH", "HOME", "SHELL", "ENV", "BASH_ENV", "IFS", "HOSTALIASES",
+    "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "TORCH_FORCE_WEIGHTS_ONLY_LOAD", "TORCH_EXTENSIONS_DIR", "TORCH_HOME",
+    "TORCH_DEVICE_BACKEND_AUTOLOAD", "CUDA_CACHE_PATH",
+})
+_ENV_RANKS = frozenset({
+    "MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
+    "ROLE_RANK", "ROLE_NAME", "ROLE_WORLD_SIZE", "NODE_RANK",
+})
+_ENV_DEVICES = frozenset({"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"})
+ENV_DENIED_NAMES = _ENV_NATIVE | _ENV_CODE | _ENV_RANKS | _ENV_DEVICES
+ENV_DENIED_PREFIXES = ("PYTHON", "LD_", "DYLD_", "BASH_FUNC_", "TORCHYARD_", "TORCHELASTIC_", "TORCHINDUCTOR_", "TRITON_")
+# PYTHON* variables that only tune the interpreter's output and hashing, never what it imports.
+ENV_ALLOWED_NAMES = frozenset({"PYTHONHASHSEED", "PYTHONFAULTHANDLER", "PYTHONIOENCODING", "PYTHONUTF8", "PYTHONDONTWRITEBYTECODE"})
+
+# Installed modules that must not be entrypoints: torchyard itself (its processes hold service settings), and
+# launchers and runners whose arguments name code to run, which would walk around the code-root check.
+DENIED_MODULES = frozenset({
+    "api", "jobs", "worker", "trainer", "stack", "torch", "pip", "setuptools", "pkg_resources", "pytest", "_pytest",
+    "IPython", "ipykernel", "jupyter", "jupyter_core", "notebook", "debugpy", "coverage", "uvicorn", "gunicorn", "rq",
+})
+
+
+def env_problem(name: str) -> str | None:
+    """Why a script job may not set this environment variable, or None when it may."""
+    if not re.match(ENV_NAME_PATTERN, name):
+        return "names are letters, digits and '_', not starting with a digit, at most 128"
+    if name in ENV_ALLOWED_NAMES:
+        return None
+    if name.startswith("PYTHON"):
+        return "PYTHON* variables change what the interpreter imports or runs at startup; refused"
+    if name.startswith(("LD_", "DYLD_")) or name in _ENV_NATIVE or (name.startswith("NCCL_") and "PLUGIN" in name):
+        return "this variable makes the process load native code the job did not ask for; refused"
+    if name.startswith(("TORCHYARD_", "TORCHELASTIC_")):
+        return "set by torchyard and torchrun for every rank; refused"
+    if name in _ENV_RANKS:
+        return "rendezvous and rank variables are set by torchrun; refused"
+    if name in _ENV_DEVICES:
+        return "devices are assigned by the worker; refused"
+    if name in _ENV_CODE or name.startswith(ENV_DENIED_PREFIXES):
+        return "this variable changes how Python, the shell or torch find and load code; refused"
+    return None
+
+
+@dataclass(frozen=True)
+class Entrypoint:
+    """A checked entrypoint: a .py file under the code root, or a module (``python -m``)."""
+
+    file: Path | None = None  # resolved, symlinks followed; run as ``torchrun ... FILE args``
+    module: str | None = None  # run as ``torchrun ... -m MODULE args``
+
+
+def resolve_entrypoint(entrypoint: str, code_dir: Path | None) -> Entrypoint:
+    """Where an entrypoint points, checked against the code root; raises ValueError saying why it cannot run.
+
+    Called at submission (API) and again at launch (worker), because the code root may change in between.
+    """
+    if "\x00" in entrypoint:
+        raise ValueError("contains a NUL character")
+    if entrypoint.endswith(".py"):
+        return Entrypoint(file=_resolve_script_file(entrypoint, code_dir))
+    if not re.match(MODULE_PATTERN, entrypoint):
+        raise ValueError("must be a .py file under the code root or a dotted module name such as 'mypkg.train'")
+    in_root = _module_under_root(entrypoint, code_dir) if code_dir is not None else None
+    if in_root is None:
+        _check_installed_module(entrypoint)
+    return Entrypoint(module=entrypoint, file=in_root)
+
+
+def _resolve_script_file(entrypoint: str, code_dir: Path | None) -> Path:
+    if code_dir is None:
+        raise ValueError("script files need a code root (TORCHYARD_CODE_DIR) on this service")
+    if ".." in PurePath(entrypoint).parts:
+        raise ValueError("'..' is not allowed; give a path under the code root")
+    relative = entrypoint
+    if os.path.isabs(entrypoint):
+        # An absolute path is fine when it names a file in the code root (as given or after resolving the root).
+        for root in (code_dir, code_dir.resolve()):
+            candidate = PurePath(entrypoint)
+            if candidate.is_relative_to(root) and candidate != PurePath(root):
+                relative = str(candidate.relative_to(root))
+                break
+        else:
+            raise ValueError("is outside the code root")
+    resolved = resolve_under(code_dir, relative)
+    if resolved is None:
+        raise ValueError("resolves outside the code root (a symlink pointing out of it?)")
+    if not resolved.is_file():
+        raise ValueError("no such file under the code root")
+    return resolved
+
+
+def _module_under_root(module: str, code_dir: Path) -> Path | None:
+    """The file ``python -m module`` runs from the code root, or None when the code root lacks it.
+
+    Every package ``__init__.py`` on the way runs too, so each must resolve under the root as well."""
+    parts = module.split(".")
+    root = code_dir.resolve()
+    for depth in range(1, len(parts)):
+        init = os.path.join(*parts[:depth], "__init__.py")
+        if os.path.lexists(root / init) and resolve_under(root, init) is None:
+            raise ValueError(f"{init} resolves outside the code root")
+    base = os.path.join(*parts)
+    for candidate in (base + ".py", os.path.join(base, "__main__.py")):
+        if not os.path.lexists(root / candidate):
+            continue
+        resolved = resolve_under(root, candidate)
+        if resolved is None:
+            raise ValueError(f"{candidate} resolves outside the code root (a symlink pointing out of it?)")
+        if os.path.isdir(root / base) and candidate.endswith("__main__.py"):
+            init = os.path.join(base, "__init__.py")
+            if os.path.lexists(root / init) and resolve_under(root, init) is None:
+                raise ValueError(f"{init} resolves outside the code root")
+        if resolved.is_file():
+            return resolved
+    if os.path.lexists(root / parts[0]) or os.path.lexists(root / f"{parts[0]}.py"):
+        # The top-level name is the code root's: an installed namesake must not be picked up instead.
+        raise ValueError(f"no module {module!r} under the code root")
+    return None
+
+
+def _check_installed_module(module: str) -> None:
+    top = module.split(".")[0]
+    if top in sys.stdlib_module_names:
+        raise ValueError(f"{top!r} is a standard-library module; run your own code from the code root")
+    if top in DENIED_MODULES:
+        raise ValueError(f"{top!r} cannot be run as a job; run your own code from the code root")
+    # Found the way the import system would, without importing anything: importlib.util.find_spec
+    # would import every parent package, running its code inside the API process.
+    spec = importlib.util.find_spec(top)
+    prefix = top
+    for part in module.split(".")[1:]:
+        if spec is None or spec.submodule_search_locations is None:
+            spec = None
+            break
+        prefix = f"{prefix}.{part}"
+        spec = importlib.machinery.PathFinder.find_spec(prefix, list(spec.submodule_search_locations))
+    if spec is None:
+        raise ValueError(f"no module {module!r} under the code root or installed")
+    if spec.submodule_search_locations is not None:
+        main = importlib.machinery.PathFinder.find_spec(f"{module}.__main__", list(spec.submodule_search_locations))
+        if main is None:
+            raise ValueError(f"{module!r} is a package without __main__; name the module to run")
+
+
+def script_problems(spec: ScriptJobSpec, limits: SpecLimits) -> list[SpecProblem]:
+    """Reasons a script job cannot run: entrypoint outside the code root or missing, env names refused, NUL bytes."""
+    problems: list[SpecProblem] = []
+    try:
+        resolve_entrypoint(spec.entrypoint, limits.code_dir)
+    except ValueError as exc:
+        problems.append(SpecProblem(("entrypoint",), f"{spec.entrypoint!r}: {exc}"))
+    for i, arg in enumerate(spec.args):
+        if "\x00" in arg:
+            problems.append(SpecProblem(("args", i), "contains a NUL character"))
+    for name, value in spec.env.items():
+        why = env_problem(name)
+        if why is not None:
+            problems.append(SpecProblem(("env", name), why))
+        elif "\x00" in value:
+            problems.append(SpecProblem(("env", name), "value contains a NUL character"))
+    return problems

@@ -65,16 +65,21 @@ def marked_processes(job_id: str) -> list[psutil.Process]:
     return found
 
 
-def kill_marked(job_id: str, timeout_s: float = 10.0) -> int:
-    """SIGKILL every process of the job and wait until they are gone. Returns how many there were."""
-    procs = marked_processes(job_id)
-    for proc in procs:
-        with contextlib.suppress(psutil.Error):
-            proc.kill()
-    _, alive = psutil.wait_procs(procs, timeout=timeout_s)
-    if alive:
-        log.error("job %s: processes survived SIGKILL: %s", job_id, [p.pid for p in alive], extra={"job_id": job_id})
-    return len(procs)
+def kill_marked(job_id: str, timeout_s: float = 15.0) -> int:
+    """SIGKILL every process of the job until none is left (a dying torchrun may still be
+    starting ranks while we look). Returns how many were killed."""
+    killed = 0
+    deadline = time.monotonic() + timeout_s
+    while procs := marked_processes(job_id):
+        for proc in procs:
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+        killed += len(procs)
+        psutil.wait_procs(procs, timeout=2)
+        if time.monotonic() > deadline:
+            log.error("job %s: processes survived SIGKILL: %s", job_id, [p.pid for p in procs], extra={"job_id": job_id})
+            break
+    return killed
 
 
 def stop(proc: subprocess.Popen[bytes], job_id: str, grace_s: float, on_wait: Callable[[], None] | None = None) -> int | None:

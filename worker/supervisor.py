@@ -8,6 +8,7 @@ exit:  read the error file, then succeeded | failed | cancelled | queued (retry 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -33,7 +34,7 @@ from jobs.ingest import ingest_events
 from jobs.models import Attempt, ErrorType, Job, Status, utcnow
 from jobs.settings import Settings, get_settings
 from jobs.states import TransitionRefused, transition
-from trainer.spec import JobSpec
+from trainer.spec import AnySpec, SpecError, spec_from_dict
 from worker import outcome, processes
 from worker.launch import ERROR_FILE, SPEC_FILE, torchrun_command, torchrun_env
 from worker.tail import EventTail
@@ -61,8 +62,9 @@ class _Watch:
     """Clocks of one attempt (monotonic seconds)."""
 
     started: float
-    last_progress: float
     last_heartbeat_ok: float
+    # Armed by the first event: start-up (imports, rendezvous, data) is bounded by timeout_s instead.
+    last_progress: float | None = None
     next_heartbeat: float = 0.0
 
 
@@ -111,23 +113,27 @@ class Supervisor:
         self.session.commit()
         return job
 
-    def _prepare(self, job: Job, run_dir: Path) -> None:
+    def _prepare(self, job: Job, spec: AnySpec, run_dir: Path) -> None:
         run_dir.mkdir(parents=True, exist_ok=True)
         _write_atomic(run_dir / SPEC_FILE, json.dumps(job.spec, indent=2))
         (run_dir / ERROR_FILE).unlink(missing_ok=True)
-        if job.resume_from and not (run_dir / "checkpoints" / "latest").exists():
+        # Catalog checkpoints are adopted into the run directory; a script finds its own via report.resume_path().
+        if spec.kind == "catalog" and job.resume_from and not (run_dir / "checkpoints" / "latest").exists():
             _adopt_checkpoint(Path(job.resume_from), run_dir / "checkpoints")
 
     def _run_attempt(self, job: Job) -> str:
-        spec = JobSpec.model_validate(job.spec)
+        spec = spec_from_dict(job.spec)
         run_dir = Path(job.run_dir or "")
-        self._prepare(job, run_dir)
+        self._prepare(job, spec, run_dir)
         launcher_log = run_dir / "logs" / f"attempt-{job.attempt}" / LAUNCHER_LOG
         self.tail = EventTail(run_dir / "events.jsonl")
-        proc = processes.spawn(
-            torchrun_command(spec, run_dir, job.attempt), torchrun_env(job.id, job.attempt, run_dir, self.settings),
-            cwd=run_dir, log_path=launcher_log,
-        )
+        try:
+            command = torchrun_command(spec, run_dir, job.attempt, self.settings)
+        except SpecError as exc:
+            # The code root changed under an accepted job: nothing outside it may run, and retrying cannot help.
+            return self._fail_or_retry(job, outcome.Failure(ErrorType.SPEC, str(exc), None, None), retry=False)
+        env = torchrun_env(job.id, job.attempt, run_dir, self.settings, spec, resume_from=job.resume_from)
+        proc = processes.spawn(command, env, cwd=run_dir, log_path=launcher_log)
         log.info("job %s attempt %d: torchrun pid %d", job.id, job.attempt, proc.pid, extra=self.log_extra)
         verdict = self._watch(job, spec, proc)
         if verdict is not None:
@@ -145,10 +151,10 @@ class Supervisor:
                                  consume_retry=False, exit_code=code)
         return self._fail_or_retry(job, outcome.failure(code, run_dir / ERROR_FILE, launcher_log))
 
-    def _watch(self, job: Job, spec: JobSpec, proc: subprocess.Popen[bytes]) -> str | None:
+    def _watch(self, job: Job, spec: AnySpec, proc: subprocess.Popen[bytes]) -> str | None:
         """Loop until torchrun exits (None) or the attempt is ended here (the verdict)."""
         now = time.monotonic()
-        clock = _Watch(started=now, last_progress=now, last_heartbeat_ok=now)
+        clock = _Watch(started=now, last_heartbeat_ok=now)
         ttl = self.settings.lease_ttl_s
         while proc.poll() is None:
             now = time.monotonic()
@@ -185,7 +191,7 @@ class Supervisor:
                 code = self._stop(proc, job)
                 return self._fail_or_retry(job, outcome.Failure(
                     ErrorType.TIMEOUT, f"timeout: attempt ran longer than timeout_s={spec.timeout_s}", None, code), retry=False)
-            if spec.stall_timeout_s and now - clock.last_progress > spec.stall_timeout_s:
+            if spec.stall_timeout_s and clock.last_progress is not None and now - clock.last_progress > spec.stall_timeout_s:
                 code = self._stop(proc, job)
                 return self._fail_or_retry(job, outcome.Failure(
                     ErrorType.STALLED, f"stalled: no progress from rank 0 for {spec.stall_timeout_s}s", None, code))
@@ -195,7 +201,13 @@ class Supervisor:
     # ------------------------------------------------------------ steps
 
     def _stop(self, proc: subprocess.Popen[bytes], job: Job) -> int | None:
-        code = processes.stop(proc, job.id, self.settings.stop_grace_s, on_wait=self._ingest)
+        def keep_lease() -> None:
+            # The grace period can outlast the lease; without heartbeats a reconciler would take the job mid-stop.
+            self._ingest()
+            with contextlib.suppress(SQLAlchemyError):
+                self._heartbeat(job.attempt)
+
+        code = processes.stop(proc, job.id, self.settings.stop_grace_s, on_wait=keep_lease)
         self._ingest()
         return code
 

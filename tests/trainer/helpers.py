@@ -15,9 +15,8 @@ RUN_CASES = Path(__file__).with_name("run_cases.py")
 
 def rank_env(**extra: str) -> dict[str, str]:
     # One thread per rank: the ranks share two cores with other test processes.
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO), "TORCHYARD_LOG_LEVEL": "WARNING", **extra}
-    env.pop("TORCHYARD_DATA_DIR", None)
-    return env
+    env = {k: v for k, v in os.environ.items() if k != "TORCHYARD_DATA_DIR"}
+    return {**env, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO), "TORCHYARD_LOG_LEVEL": "WARNING", **extra}
 
 
 def torchrun_cmd(nproc: int, *args: str) -> list[str]:

@@ -1,39 +1,86 @@
-"""End-to-end trainer behaviour under real torchrun (gloo, CPU, fp32)."""
+"""End-to-end trainer behaviour under real torchrun (gloo, CPU, fp32 unless a case says otherwise).
+
+Start-up (torch import, rendezvous) dominates these tiny jobs, so the jobs run in few launches:
+one 2-rank launch runs every 2-rank case in turn (each in its own run dir), one 1-rank launch the
+reference runs, and one 2-node launch checks HSDP.
+"""
 
 from __future__ import annotations
 
+import json
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
-from tests.trainer.helpers import assert_close_seq, events, run_cases, spec, train_losses
+from tests.trainer.helpers import REPO, RUN_CASES, assert_close_seq, events, rank_env, run_cases, spec, train_losses
 from trainer.checkpoint import load_model
 
 pytestmark = pytest.mark.slow
 
 STEPS = 12
+IMAGES = {"name": "synthetic-classification", "args": {"samples": 128, "eval_samples": 16, "image_size": 8, "channels": 3}}
+TOKENS = {"name": "synthetic-lm", "args": {"samples": 128, "eval_samples": 16, "vocab_size": 64, "seq_len": 16}}
+CATALOG = {
+    "mlp": ({"name": "mlp", "args": {"hidden": 32}}, None),
+    "cnn": ({"name": "cnn", "args": {"channels": 8, "blocks": 2}}, IMAGES),
+    "resnet": ({"name": "resnet", "args": {"width": 8, "blocks_per_stage": [1, 1]}}, IMAGES),
+    "vit": ({"name": "vit", "args": {"dim": 32, "depth": 2, "heads": 2, "patch_size": 4}}, IMAGES),
+    "gpt": ({"name": "gpt", "args": {"n_layer": 2, "n_head": 2, "n_embd": 32, "block_size": 16}}, TOKENS),
+}
+GPT = CATALOG["gpt"]
+
+
+def _case(tmp: Path, name: str, job: dict, **extra) -> dict:
+    return {"spec": job, "run_dir": str(tmp / name), **extra}
+
+
+def _with_fsdp(job: dict, **opts) -> dict:
+    job["parallel"]["fsdp"] = opts
+    return job
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """All jobs of this module: one 2-rank launch and one 1-rank launch."""
     tmp = tmp_path_factory.mktemp("trainer")
     two = [
-        {"spec": spec("ddp2", max_steps=STEPS), "run_dir": str(tmp / "ddp2")},
+        _case(tmp, "ddp2", spec("ddp2", max_steps=STEPS)),
+        _case(tmp, "fsdp2", spec("fsdp2", strategy="fsdp", max_steps=STEPS)),
+        # Stop at step 4, resume: a fresh run dir holding only the step-4 checkpoint of the run above.
+        _case(tmp, "resume-ddp", spec("ddp2", max_steps=STEPS, checkpoint={"every_steps": 4, "keep_last": 2}),
+              resume_from=str(tmp / "ddp2" / "checkpoints" / "step_00000004")),
+        _case(tmp, "resume-fsdp", spec("fsdp2", strategy="fsdp", max_steps=STEPS,
+                                       checkpoint={"every_steps": 4, "keep_last": 3, "async_save": True}),
+              resume_from=str(tmp / "fsdp2" / "checkpoints" / "step_00000004")),
     ]
-    one = [
-        {"spec": spec("ddp1", nproc=1, max_steps=STEPS), "run_dir": str(tmp / "ddp1")},
-        {"spec": spec("accum1", nproc=1, max_steps=STEPS, grad_accum_steps=4), "run_dir": str(tmp / "accum1")},
+    for name, (model, data) in CATALOG.items():
+        if name != "mlp":
+            for strategy in ("ddp", "fsdp"):
+                two.append(_case(tmp, f"{name}-{strategy}", spec(name, model=model, data=data, strategy=strategy, max_steps=3,
+                                                                  checkpoint={"every_steps": 100, "keep_last": 1})))
+    two += [
+        _case(tmp, "gpt-fsdp-ac-zero2", _with_fsdp(spec("g", model=GPT[0], data=GPT[1], strategy="fsdp", max_steps=3,
+                                                        activation_checkpointing=True), reshard_after_forward=False)),
+        _case(tmp, "gpt-fsdp-offload", _with_fsdp(spec("g", model=GPT[0], data=GPT[1], strategy="fsdp", max_steps=3), cpu_offload=True)),
+        _case(tmp, "gpt-fsdp-bf16", spec("g", model=GPT[0], data=GPT[1], strategy="fsdp", max_steps=3, precision="bf16")),
+        _case(tmp, "gpt-ddp-bf16", spec("g", model=GPT[0], data=GPT[1], max_steps=3, precision="bf16")),
     ]
     run_cases(tmp, 2, two)
-    run_cases(tmp, 1, one)
-    # Stop-at-step-4 then resume: a fresh run dir holding only ddp2's step-4 checkpoint (2 ranks).
-    resume = [{"spec": spec("ddp2", max_steps=STEPS, checkpoint={"every_steps": 4, "keep_last": 2}), "run_dir": str(tmp / "resume2"),
-               "resume_from": str(tmp / "ddp2" / "checkpoints" / "step_00000004")}]
-    run_cases(tmp, 2, resume)
+    run_cases(tmp, 1, [
+        _case(tmp, "ddp1", spec("ddp1", nproc=1, max_steps=STEPS)),
+        _case(tmp, "accum1", spec("accum1", nproc=1, max_steps=STEPS, grad_accum_steps=4)),
+    ])
     return tmp
+
+
+def _done(run_dir: Path) -> dict:
+    last = events(run_dir)[-1]
+    assert last["type"] == "status" and last["phase"] == "done", last
+    return last
 
 
 def test_two_rank_ddp_equals_one_rank(runs: Path) -> None:
@@ -47,18 +94,56 @@ def test_grad_accumulation_4x8_equals_batch_32(runs: Path) -> None:
     assert_close_seq(train_losses(runs / "accum1"), train_losses(runs / "ddp1"), 1e-5)
 
 
-def test_resume_continues_the_loss_sequence(runs: Path) -> None:
-    resumed, full = train_losses(runs / "resume2"), train_losses(runs / "ddp2")
+def test_fsdp_equals_ddp_and_halves_parameters_and_optimizer_state(runs: Path) -> None:
+    assert_close_seq(train_losses(runs / "fsdp2"), train_losses(runs / "ddp2"), 1e-4)
+    for model in ("fsdp2", "gpt-fsdp"):
+        ddp, fsdp = _done(runs / model.replace("fsdp", "ddp")), _done(runs / model)
+        for key in ("local_param_numel", "local_optim_numel"):
+            full = ddp[key][0]  # DDP: every rank holds everything
+            assert ddp[key] == [full, full]
+            for held in fsdp[key]:  # measured on each rank after training: its shards only
+                assert 0.45 * full <= held <= 0.55 * full, (key, fsdp[key], full)
+            assert sum(fsdp[key]) >= full
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_resume_continues_the_loss_sequence(runs: Path, strategy: str) -> None:
+    resumed, full = train_losses(runs / f"resume-{strategy}"), train_losses(runs / f"{strategy}2")
     assert min(resumed) == 5  # started after the checkpoint, not from scratch
     assert_close_seq(resumed, full, 1e-6, range(5, STEPS + 1))
-    status = [e for e in events(runs / "resume2") if e["type"] == "status"]
+    status = [e for e in events(runs / f"resume-{strategy}") if e["type"] == "status"]
     assert status[1]["phase"] == "training" and status[1]["resumed_from_step"] == 4
+
+
+def test_async_checkpoints_commit_and_load(runs: Path) -> None:
+    run = runs / "resume-fsdp"
+    assert [e["step"] for e in events(run) if e["type"] == "checkpoint"] == [8, 12]
+    mid = load_model(run / "checkpoints" / "step_00000008")  # written in the background, DCP sharded
+    assert mid.head.weight.shape == (10, 32)
+
+
+@pytest.mark.parametrize("model", [m for m in CATALOG if m != "mlp"])
+def test_every_catalog_model_trains_under_ddp_and_fsdp(runs: Path, model: str) -> None:
+    ddp, fsdp = train_losses(runs / f"{model}-ddp"), train_losses(runs / f"{model}-fsdp")
+    assert len(ddp) == 3 and all(torch.isfinite(torch.tensor(v)) for v in ddp.values())
+    assert_close_seq(fsdp, ddp, 1e-4)
+    assert load_model(runs / f"{model}-fsdp").training is False
+    if model == "gpt":
+        metric = next(e for e in events(runs / "gpt-ddp") if e["type"] == "metric" and "train/loss" in e["values"])
+        assert metric["values"]["train/tokens_per_s"] == pytest.approx(metric["values"]["train/samples_per_s"] * 16)
+
+
+def test_fsdp_variants_match_plain_fsdp(runs: Path) -> None:
+    plain = train_losses(runs / "gpt-fsdp")
+    for variant in ("gpt-fsdp-ac-zero2", "gpt-fsdp-offload"):
+        assert_close_seq(train_losses(runs / variant), plain, 1e-4)
+    for variant in ("gpt-fsdp-bf16", "gpt-ddp-bf16"):  # lower precision: close, not equal
+        assert_close_seq(train_losses(runs / variant), plain, 2e-2)
 
 
 def test_events_contract(runs: Path) -> None:
     evs = events(runs / "ddp2")
-    seqs = [e["seq"] for e in evs]
-    assert seqs == list(range(1, len(evs) + 1))
+    assert [e["seq"] for e in evs] == list(range(1, len(evs) + 1))
     assert [e["phase"] for e in evs if e["type"] == "status"] == ["starting", "training", "done"]
     ckpts = [e for e in evs if e["type"] == "checkpoint"]
     assert [e["step"] for e in ckpts] == [4, 8, 12]
@@ -68,24 +153,51 @@ def test_events_contract(runs: Path) -> None:
     assert expected <= set(metric["values"])
     ev = [e for e in evs if e["type"] == "metric" and "eval/loss" in e["values"]]
     assert ev and ev[-1]["step"] == STEPS and 0.0 <= ev[-1]["values"]["eval/accuracy"] <= 1.0
+    # Eval is exact over both ranks' shards: the 1-rank run gets the same numbers.
+    ev1 = [e for e in events(runs / "ddp1") if e["type"] == "metric" and "eval/loss" in e["values"]]
+    assert ev1[-1]["values"]["eval/loss"] == pytest.approx(ev[-1]["values"]["eval/loss"], abs=1e-5)
+    assert ev1[-1]["values"]["eval/accuracy"] == ev[-1]["values"]["eval/accuracy"]
 
 
 def test_checkpoints_load_without_distributed(runs: Path) -> None:
-    ckdir = runs / "ddp2" / "checkpoints"
+    ckdir = runs / "fsdp2" / "checkpoints"
     assert (ckdir / "latest").read_text() == "step_00000012"
     assert not list(ckdir.glob(".tmp-*"))
-    final = load_model(runs / "ddp2")  # follows checkpoints/latest; uses the consolidated weights
+    final = load_model(runs / "fsdp2")  # follows checkpoints/latest; uses the consolidated weights
     weights = load_file(str(ckdir / "step_00000012" / "model.safetensors"))
+    assert set(weights) == set(final.state_dict())
     for name, tensor in final.state_dict().items():
         assert torch.equal(tensor, weights[name])
-    # An intermediate checkpoint (DCP only) loads too, and differs from the final weights.
-    mid = load_model(ckdir / "step_00000008")
+    mid = load_model(ckdir / "step_00000008")  # an intermediate checkpoint: sharded DCP files only
     assert not torch.equal(mid.head.weight, final.head.weight)
-    x = torch.randn(4, 16)
-    assert final(x).shape == (4, 10)
+    assert final(torch.randn(4, 16)).shape == (4, 10)
 
 
 def test_keep_last_prunes_old_checkpoints(runs: Path) -> None:
-    ckdir = runs / "resume2" / "checkpoints"
+    ckdir = runs / "resume-ddp" / "checkpoints"
     assert sorted(p.name for p in ckdir.glob("step_*")) == ["step_00000008", "step_00000012"]
     assert (ckdir / "latest").read_text() == "step_00000012"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_hsdp_on_two_nodes_equals_ddp(runs: Path, tmp_path: Path) -> None:
+    """Two torchrun agents on this host as two nodes: FSDP2 builds a 2-D (replicate, shard) mesh."""
+    job = spec("hsdp", nproc=1, strategy="fsdp", max_steps=STEPS)
+    job["parallel"]["nnodes"] = 2
+    (tmp_path / "cases.json").write_text(json.dumps([_case(tmp_path, "hsdp", job)]))
+    port = _free_port()
+    procs = [subprocess.Popen(
+        [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=1", "--rdzv-backend=c10d",
+         f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=hsdp", str(RUN_CASES), str(tmp_path / "cases.json")],
+        env=rank_env(), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for _ in range(2)]
+    outs = [p.communicate(timeout=180)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs[0][-3000:]
+    training = next(e for e in events(tmp_path / "hsdp") if e.get("phase") == "training")
+    assert training["mesh"] == {"replicate": 2, "shard": 1}
+    assert_close_seq(train_losses(tmp_path / "hsdp"), train_losses(runs / "ddp2"), 1e-4)

@@ -1,0 +1,107 @@
+"""The api image's Python environment, built without Docker: the project wheel installed with
+--no-deps over docker/requirements.txt in a fresh virtual environment that has no torch, as
+docker/api.Dockerfile does. It must start, migrate its database and accept a job.
+
+This catches what reading the Dockerfile cannot: a runtime dependency missing from
+docker/requirements.txt, a module or data file missing from the wheel, an import of torch.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from stack.redis_server import free_port
+from tests.deploy.composefile import ROOT
+from tests.deploy.test_dockerfiles import API, _instructions
+from tests.helpers import wait_until
+
+pytestmark = pytest.mark.slow
+
+SPEC = {
+    "name": "api-image",
+    "model": {"name": "mlp", "args": {"hidden": 16}},
+    "data": {"name": "synthetic-classification", "args": {"samples": 256}},
+    "parallel": {"strategy": "ddp", "nproc_per_node": 2},
+    "train": {"epochs": 1, "global_batch_size": 32},
+}
+
+
+def _run(args: list[str], **kwargs: object) -> None:
+    result = subprocess.run(args, capture_output=True, text=True, timeout=600, **kwargs)  # type: ignore[call-overload]
+    assert result.returncode == 0, f"{' '.join(args)}\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+
+
+def _build_context(src: Path) -> Path:
+    """What the Dockerfile's build stage COPYs, and nothing else: a package the api needs but the
+    Dockerfile does not copy is missing here too."""
+    instructions = _instructions(API)
+    second_from = [i for i, (op, _) in enumerate(instructions) if op == "FROM"][1]
+    for op, args in instructions[:second_from]:
+        if op != "COPY":
+            continue
+        *sources, dest = args.split()
+        for source in sources:
+            # "COPY a b ./" puts a and b into the directory; "COPY api ./api" names the target.
+            target = src / Path(source).name if dest.endswith("/") or dest == "." else src / dest
+            if (ROOT / source).is_dir():
+                shutil.copytree(ROOT / source, target, ignore=shutil.ignore_patterns("__pycache__"))
+            else:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(ROOT / source, target)
+    return src
+
+
+def test_api_environment_without_torch_serves(tmp_path: Path, redis_url: str) -> None:
+    wheels, venv = tmp_path / "wheels", tmp_path / "venv"
+    context = _build_context(tmp_path / "src")
+    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "--wheel-dir", str(wheels), str(context)])
+    _run([sys.executable, "-m", "venv", str(venv)])
+    python = str(venv / "bin" / "python")
+    _run([python, "-m", "pip", "install", "--quiet", "-r", str(ROOT / "docker" / "requirements.txt")])
+    _run([python, "-m", "pip", "install", "--quiet", "--no-deps", *map(str, wheels.glob("*.whl"))])
+    _run([python, "-c", "import importlib.util, sys; sys.exit(importlib.util.find_spec('torch') is not None)"])
+
+    port = free_port()
+    # Nothing of the repository on the path: only what the wheel installed.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCHYARD_", "PYTHON"))}
+    env.update({
+        "TORCHYARD_DATABASE_URL": f"sqlite:///{tmp_path / 'db' / 'torchyard.db'}",
+        "TORCHYARD_REDIS_URL": redis_url,
+        "TORCHYARD_RUNS_DIR": str(tmp_path / "runs"),
+        "TORCHYARD_DATA_DIR": str(tmp_path / "data"),
+        "TORCHYARD_CODE_DIR": str(tmp_path / "code"),
+        "TORCHYARD_ADMIN_TOKEN": "image-token",
+        "TORCHYARD_MAX_NPROC_PER_NODE": "2",
+    })
+    home = tmp_path / "home"
+    home.mkdir()
+    log_path = tmp_path / "api.log"
+    with log_path.open("wb") as log_file:
+        api = subprocess.Popen([python, "-m", "api", "--host", "127.0.0.1", "--port", str(port)], env=env, cwd=home,
+                               stdout=log_file, stderr=subprocess.STDOUT)
+    try:
+        def ready() -> bool:
+            if api.poll() is not None:
+                raise AssertionError(f"the api exited with {api.returncode}:\n{log_path.read_text()[-4000:]}")
+            try:
+                return httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        wait_until(ready, 60, interval_s=0.3, what="the api's /readyz")
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"Authorization": "Bearer image-token"}, timeout=30) as client:
+            created = client.post("/v1/jobs", json=SPEC)
+            assert created.status_code == 201, created.text
+            assert client.get(f"/v1/jobs/{created.json()['id']}").json()["status"] == "queued"
+            refused = client.post("/v1/jobs", json={**SPEC, "model": {"name": "no-such-model"}})
+            assert refused.status_code == 422 and "model.name" in refused.text
+    finally:
+        api.terminate()
+        api.wait(30)

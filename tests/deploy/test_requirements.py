@@ -1,0 +1,56 @@
+"""pyproject.toml is the one source of the pins; the images' files must agree with it."""
+
+from __future__ import annotations
+
+import re
+import sys
+
+import pytest
+
+from tests.deploy.composefile import ROOT
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    tomllib = pytest.importorskip("tomli")
+
+
+def _name(requirement: str) -> str:
+    """The normalized project name (PEP 503) of a requirement line."""
+    return re.sub(r"[-_.]+", "-", re.split(r"[\[<>=!~; ]", requirement, maxsplit=1)[0]).lower()
+
+
+def _normalized(requirement: str) -> str:
+    """The requirement with its project name normalized, so "PyYAML==6" and "pyyaml==6" compare equal."""
+    name = re.split(r"[\[<>=!~; ]", requirement, maxsplit=1)[0]
+    return _name(name) + requirement[len(name):].replace(" ", "")
+
+
+def _pyproject_dependencies() -> list[str]:
+    with (ROOT / "pyproject.toml").open("rb") as f:
+        return tomllib.load(f)["project"]["dependencies"]
+
+
+def _docker_requirements() -> list[str]:
+    lines = (ROOT / "docker" / "requirements.txt").read_text(encoding="utf-8").splitlines()
+    return [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
+
+
+def test_docker_requirements_equal_pyproject_without_torch() -> None:
+    expected = {_normalized(d) for d in _pyproject_dependencies() if _name(d) != "torch"}
+    actual = set(map(_normalized, _docker_requirements()))
+    assert actual == expected, (
+        "docker/requirements.txt must list exactly pyproject.toml's dependencies except torch; "
+        f"only in pyproject.toml: {sorted(expected - actual)}, only in docker/requirements.txt: {sorted(actual - expected)}"
+    )
+
+
+def test_every_dependency_is_pinned() -> None:
+    loose = [d for d in _pyproject_dependencies() if "==" not in d]
+    assert loose == [], "images are only reproducible with exact pins"
+
+
+def test_worker_torch_pin_equals_pyproject() -> None:
+    torch_pin = next(d for d in _pyproject_dependencies() if _name(d) == "torch").split("==", 1)[1]
+    dockerfile = (ROOT / "docker" / "worker.Dockerfile").read_text(encoding="utf-8")
+    assert f"ARG TORCH_VERSION={torch_pin}\n" in dockerfile
