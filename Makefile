@@ -1,7 +1,7 @@
 # torchyard developer commands. torch is installed first, pinned, so pip never pulls a CUDA build.
 PYTHON ?= python3
 
-.PHONY: install run test lint bench
+.PHONY: install install-browser run test lint bench
 
 install:
 	$(PYTHON) -m pip install torch==2.13.0
@@ -16,3 +16,8 @@ test:
 
 lint:
 	$(PYTHON) -m ruff check .
+
+# The dashboard's browser test: Debian's Chromium and playwright-core (never a downloaded browser).
+install-browser:
+	command -v chromium >/dev/null || (apt-get update && apt-get install -y chromium)
+	cd dashboard && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --no-audit --no-fund

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import logging
 
 import uvicorn
+
+from jobs import logconfig
+from jobs.settings import get_settings
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -14,11 +16,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--workers", type=int, default=1, help="uvicorn worker processes")
     parser.add_argument("--log-level", default="info")
+    parser.add_argument("--log-format", choices=["json", "text"], default=None, help="default TORCHYARD_LOG_FORMAT (json)")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logconfig.configure(args.log_level, args.log_format or get_settings().log_format)
     uvicorn.run(
         "api.app:create_app", factory=True, host=args.host, port=args.port, workers=args.workers,
         log_level=args.log_level, proxy_headers=True,
+        # Logging is ours (JSON lines with request ids); api.middleware writes one access line per request.
+        log_config=None, access_log=False,
     )
 
 

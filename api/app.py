@@ -8,8 +8,12 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
+import dashboard
 from api import errors
-from api.routes import health, jobs
+from api.middleware import BodySizeLimit, RequestContext
+from api.observability import make_registry
+from api.routes import health, jobs, keys, streams
+from jobs import logconfig
 from jobs.db import get_engine, init_db
 from jobs.queue import redis_client
 from jobs.reconciler import ReconcilerLoop
@@ -20,11 +24,15 @@ log = logging.getLogger(__name__)
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
+    if not logging.getLogger().handlers:
+        # A process uvicorn spawned (--workers > 1) has not run api.__main__'s logging setup.
+        logconfig.configure(fmt=settings.log_format)
     if not settings.admin_token:
         raise RuntimeError("TORCHYARD_ADMIN_TOKEN is not set: the API refuses to start without an admin key")
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # Alembic migrations to head; several API replicas and workers may start at once (jobs.db.migrate locks).
         init_db(app.state.engine)
         # The API recovers lost jobs too, so they are found even while every worker is busy or gone.
         reconciler = ReconcilerLoop(settings, interval_s=max(1.0, settings.lease_ttl_s / 2))
@@ -41,7 +49,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.engine = get_engine(settings.database_url)
     app.state.redis = redis_client(settings.redis_url)
+    registry, latency = make_registry(app.state.engine, app.state.redis)
+    app.state.metrics_registry = registry
     errors.install(app)
     app.include_router(health.router)
     app.include_router(jobs.router)
+    app.include_router(streams.router)
+    app.include_router(keys.router)
+    dashboard.mount(app)
+    # Outermost last: the size limit sees the raw body before anything reads it.
+    app.add_middleware(RequestContext, latency=latency)
+    app.add_middleware(BodySizeLimit, limit=settings.max_request_bytes)
     return app

@@ -1,19 +1,29 @@
-"""Bearer-key authentication. Every job belongs to the owner of the key that submitted it."""
+"""Bearer-key authentication. Every job belongs to the owner of the key that submitted it.
+
+Keys are the admin token (TORCHYARD_ADMIN_TOKEN, owner "admin") or tenant keys an admin
+created (``POST /v1/keys``), stored as digests and compared in constant time (jobs.keys).
+"""
 
 from __future__ import annotations
 
 import hashlib
 import hmac
 from dataclasses import dataclass
+from typing import Annotated
 
-from fastapi import Depends, HTTPException
+from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from sqlalchemy.engine import Engine
+from sqlmodel import Session
 
-from api.deps import SettingsDep
+from jobs import keys
 from jobs.settings import Settings
 
 ADMIN_OWNER = "admin"
-_bearer = HTTPBearer(auto_error=False, description="An API key: the admin token from TORCHYARD_ADMIN_TOKEN.")
+_bearer = HTTPBearer(
+    auto_error=False,
+    description="An API key from POST /v1/keys, or the admin token from TORCHYARD_ADMIN_TOKEN.",
+)
 
 
 @dataclass(frozen=True)
@@ -26,21 +36,37 @@ def hash_key(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
 
 
-def authenticate(token: str, settings: Settings) -> Principal | None:
+def authenticate(token: str, settings: Settings, engine: Engine | None = None) -> Principal | None:
     admin = settings.admin_token
     # Compare digests in constant time so response timing says nothing about the key.
     if admin and hmac.compare_digest(hash_key(token), hash_key(admin)):
         return Principal(owner=ADMIN_OWNER, is_admin=True)
-    return None
+    if engine is None or not token.startswith(keys.PREFIX):
+        return None
+    # A short session of its own: streaming routes must not hold a connection for the whole stream.
+    with Session(engine) as session:
+        owner = keys.owner_of(session, token)
+    return Principal(owner=owner, is_admin=False) if owner else None
 
 
 def current_principal(
-    settings: SettingsDep, credentials: HTTPAuthorizationCredentials | None = Depends(_bearer),
+    request: Request, credentials: HTTPAuthorizationCredentials | None = Depends(_bearer),
 ) -> Principal:
     unauthorized = {"WWW-Authenticate": "Bearer"}
     if credentials is None or credentials.scheme.lower() != "bearer":
         raise HTTPException(401, "missing bearer token: send 'Authorization: Bearer <key>'", headers=unauthorized)
-    principal = authenticate(credentials.credentials, settings)
+    principal = authenticate(credentials.credentials, request.app.state.settings, request.app.state.engine)
     if principal is None:
-        raise HTTPException(401, "invalid API key", headers=unauthorized)
+        raise HTTPException(401, "invalid or revoked API key", headers=unauthorized)
+    request.state.owner = principal.owner  # for the access log
     return principal
+
+
+def admin_principal(principal: Annotated[Principal, Depends(current_principal)]) -> Principal:
+    if not principal.is_admin:
+        raise HTTPException(403, "this needs the admin key (TORCHYARD_ADMIN_TOKEN)")
+    return principal
+
+
+PrincipalDep = Annotated[Principal, Depends(current_principal)]
+AdminDep = Annotated[Principal, Depends(admin_principal)]

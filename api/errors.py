@@ -1,17 +1,27 @@
-"""Every error as application/problem+json (RFC 9457) with a clear ``detail``."""
+"""Every error as application/problem+json (RFC 9457) with a clear ``detail``, and the OpenAPI
+schema saying so for every operation."""
 
 from __future__ import annotations
 
+import logging
 from http import HTTPStatus
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
+from redis.exceptions import RedisError
+from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from jobs.service import JobConflict, JobNotFound
+from api.schemas import SSE_PAYLOADS, Problem
+from jobs.keys import KeyNotFound
+from jobs.limits import OverLimit
+from jobs.service import FileUnavailable, IdempotencyMismatch, JobConflict, JobNotFound
 from trainer.spec import SpecError
+
+log = logging.getLogger(__name__)
 
 PROBLEM = "application/problem+json"
 
@@ -30,7 +40,7 @@ def _field(loc: tuple[Any, ...] | list[Any]) -> str:
 
 def validation_problem(errors: list[dict[str, Any]]) -> JSONResponse:
     items = [{"field": _field(e["loc"]), "message": e["msg"]} for e in errors]
-    detail = "; ".join(f"{i['field']}: {i['message']}" for i in items)
+    detail = "; ".join(f"{i['field']}: {i['message']}" for i in items) or "invalid request"
     return problem(422, detail, errors=items)
 
 
@@ -43,14 +53,86 @@ def install(app: FastAPI) -> None:
     async def _spec(_: Request, exc: SpecError) -> JSONResponse:
         return validation_problem([{"loc": p.loc, "msg": p.msg} for p in exc.problems])
 
+    @app.exception_handler(IdempotencyMismatch)
+    async def _idempotency(_: Request, exc: IdempotencyMismatch) -> JSONResponse:
+        return validation_problem([{"loc": ("header", "Idempotency-Key"), "msg": str(exc)}])
+
     @app.exception_handler(JobNotFound)
-    async def _not_found(_: Request, exc: JobNotFound) -> JSONResponse:
+    @app.exception_handler(KeyNotFound)
+    @app.exception_handler(FileUnavailable)
+    async def _not_found(_: Request, exc: Exception) -> JSONResponse:
         return problem(404, str(exc))
 
     @app.exception_handler(JobConflict)
     async def _conflict(_: Request, exc: JobConflict) -> JSONResponse:
         return problem(409, str(exc))
 
+    @app.exception_handler(OverLimit)
+    async def _over_limit(_: Request, exc: OverLimit) -> JSONResponse:
+        return problem(429, str(exc), headers={"Retry-After": str(exc.retry_after_s)})
+
+    @app.exception_handler(OperationalError)
+    async def _sql_down(_: Request, exc: OperationalError) -> JSONResponse:
+        log.error("SQL error: %s", exc.__class__.__name__, exc_info=exc)
+        return problem(503, "the database does not answer; try again shortly", headers={"Retry-After": "5"})
+
+    @app.exception_handler(RedisError)
+    async def _redis_down(_: Request, exc: RedisError) -> JSONResponse:
+        log.error("Redis error: %s", exc.__class__.__name__, exc_info=exc)
+        return problem(503, "Redis does not answer; try again shortly", headers={"Retry-After": "5"})
+
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
         return problem(exc.status_code, str(exc.detail), headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
+        log.error("unhandled error", exc_info=exc)
+        return problem(500, "internal error; the server log has the details")
+
+    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
+
+
+_STATUSES = {
+    400: "Malformed request.",
+    401: "Missing, invalid or revoked API key.",
+    403: "Needs the admin key.",
+    404: "No such resource for this owner (another owner's job answers 404 too).",
+    409: "The job's status does not allow this.",
+    413: "Request body over TORCHYARD_MAX_REQUEST_BYTES.",
+    422: "A field is invalid; `errors` names each one.",
+    429: "A per-owner cap refuses the request.",
+    503: "SQL or Redis does not answer.",
+}
+
+
+def _openapi(app: FastAPI) -> dict[str, Any]:
+    """FastAPI's schema, with every error response documented as problem+json."""
+    if app.openapi_schema:
+        return app.openapi_schema
+    schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+    schemas = schema.setdefault("components", {}).setdefault("schemas", {})
+    problem_schema = Problem.model_json_schema(ref_template="#/components/schemas/{model}")
+    schemas.update(problem_schema.pop("$defs", {}))
+    schemas["Problem"] = problem_schema
+    for model in SSE_PAYLOADS.values():  # referenced from the text/event-stream schema of /events
+        schemas[model.__name__] = model.model_json_schema(ref_template="#/components/schemas/{model}")
+    ref = {"content": {PROBLEM: {"schema": {"$ref": "#/components/schemas/Problem"}}}}
+    schemas.pop("HTTPValidationError", None)
+    schemas.pop("ValidationError", None)
+    for path, operations in schema.get("paths", {}).items():
+        for method, op in operations.items():
+            responses = op.setdefault("responses", {})
+            secured = path.startswith("/v1/")
+            wanted = {400, 404, 422, 500, 503} | ({401, 403} if secured else set())
+            if method in ("post", "put", "patch"):
+                wanted |= {413}
+            if path == "/v1/jobs" and method == "post":
+                wanted |= {409, 429}
+            for status in sorted(wanted):
+                key = str(status)
+                description = _STATUSES.get(status, HTTPStatus(status).phrase)
+                responses[key] = {"description": responses.get(key, {}).get("description", description), **ref}
+            responses["default"] = {"description": "Any other error.", **ref}
+    app.openapi_schema = schema
+    return schema

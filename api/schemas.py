@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
-from jobs.models import Checkpoint, Job, MetricPoint
+from jobs import service
+from jobs.models import ApiKey, Job, MetricPoint
+from trainer.spec import NAME_PATTERN
 
 
 class JobError(BaseModel):
@@ -44,16 +45,48 @@ class JobOut(BaseModel):
     latest_metrics: dict[str, float]
     error: JobError | None
     queue_position: int | None = Field(None, description="0-based place in the queue while queued.")
+    waiting_reason: str | None = Field(
+        None, description="Why a queued job has not started, e.g. '3 jobs ahead in queue default' (job detail only).",
+    )
+    attempts: list[AttemptOut] = Field(default_factory=list, description="Whole-job attempts, oldest first (job detail only).")
+    transitions: list[TransitionOut] = Field(default_factory=list, description="Status history, oldest first (job detail only).")
 
     @classmethod
-    def of(cls, job: Job, queue_position: int | None = None) -> JobOut:
+    def of(cls, job: Job, queue_position: int | None = None, **detail: Any) -> JobOut:
         error = None
         if job.error_type or job.error_message or job.exit_code not in (None, 0):
             error = JobError(type=job.error_type, message=job.error_message, exit_code=job.exit_code,
                              traceback=job.error_traceback, log_tail=job.error_log_tail)
         data = job.model_dump(exclude={"error_type", "error_message", "error_traceback", "error_log_tail", "exit_code",
                                        "last_seq", "lease_expires_at"})
-        return cls(**data, error=error, queue_position=queue_position)
+        return cls(**data, error=error, queue_position=queue_position, **detail)
+
+    @classmethod
+    def detail(cls, d: service.JobDetail) -> JobOut:
+        return cls.of(
+            d.job, d.queue_position, waiting_reason=d.waiting_reason,
+            attempts=[AttemptOut.model_validate(a, from_attributes=True) for a in d.attempts],
+            transitions=[TransitionOut.model_validate(t, from_attributes=True) for t in d.transitions],
+        )
+
+
+class AttemptOut(BaseModel):
+    attempt: int
+    worker_id: str | None
+    started_at: datetime
+    finished_at: datetime | None
+    outcome: str | None = Field(description="succeeded, failed, cancelled, preempted; null while it runs.")
+    exit_code: int | None
+    error_type: str | None
+    resumed_from_step: int | None
+
+
+class TransitionOut(BaseModel):
+    at: datetime
+    from_status: str
+    to_status: str
+    attempt: int
+    reason: str
 
 
 class JobList(BaseModel):
@@ -84,11 +117,18 @@ class CheckpointOut(BaseModel):
     path: str = Field(description="Absolute path on the shared runs volume.")
     created_at: datetime
     details: dict[str, Any]
+    available: bool = Field(False, description="The checkpoint's files are still on the runs volume (keep_last deletes old ones).")
+    size_bytes: int | None = Field(None, description="Total size of the checkpoint's files; null when not available.")
+    weights_url: str | None = Field(
+        None, description="Download path of the consolidated weights file (final checkpoints and those saved with weights).",
+    )
 
     @classmethod
-    def of(cls, ckpt: Checkpoint, run_dir: str | None) -> CheckpointOut:
-        path = str(Path(run_dir) / ckpt.path) if run_dir else ckpt.path
-        return cls(step=ckpt.step, epoch=ckpt.epoch, path=path, created_at=ckpt.created_at, details=ckpt.details)
+    def of(cls, info: service.CheckpointInfo, job_id: str) -> CheckpointOut:
+        ckpt = info.checkpoint
+        weights_url = f"/v1/jobs/{job_id}/checkpoints/{ckpt.step}/weights" if info.has_weights else None
+        return cls(step=ckpt.step, epoch=ckpt.epoch, path=info.path, created_at=ckpt.created_at, details=ckpt.details,
+                   available=info.size_bytes is not None, size_bytes=info.size_bytes, weights_url=weights_url)
 
 
 class CheckpointList(BaseModel):
@@ -98,3 +138,96 @@ class CheckpointList(BaseModel):
 class Health(BaseModel):
     status: str
     checks: dict[str, str] = Field(default_factory=dict)
+
+
+class KeyCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    owner: str = Field(..., pattern=NAME_PATTERN, description="Tenant the key acts for; every job it submits belongs to it.")
+    name: str = Field(..., min_length=1, max_length=128, description="What the key is for, e.g. 'ci' or 'alice laptop'.")
+
+
+class KeyOut(BaseModel):
+    id: str
+    owner: str
+    name: str
+    created_at: datetime
+    revoked_at: datetime | None
+
+    @classmethod
+    def of(cls, row: ApiKey) -> KeyOut:
+        return cls(id=row.id, owner=row.owner, name=row.name, created_at=row.created_at, revoked_at=row.revoked_at)
+
+
+class KeyCreated(KeyOut):
+    key: str = Field(description="The secret key. Shown only in this response; store it now.")
+
+
+class KeyList(BaseModel):
+    items: list[KeyOut]
+
+
+class ProblemItem(BaseModel):
+    field: str
+    message: str
+
+
+class Problem(BaseModel):
+    """application/problem+json (RFC 9457)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str = "about:blank"
+    title: str
+    status: int
+    detail: str
+    errors: list[ProblemItem] | None = Field(None, description="One entry per invalid field (422 only).")
+
+
+# ------------------------------------------------------------ payloads of GET /v1/jobs/{id}/events (documentation)
+
+
+class StatusEventData(BaseModel):
+    status: str
+    reason: str
+    at: datetime
+    attempt: int
+
+
+class MetricEventData(BaseModel):
+    step: int
+    epoch: int | None
+    values: dict[str, float] = Field(description="Metric name to value, e.g. {'train/loss': 1.93}.")
+    time: float = Field(description="Unix time the trainer logged it.")
+
+
+class CheckpointEventData(BaseModel):
+    step: int
+    epoch: int | None
+    path: str = Field(description="Absolute path on the runs volume.")
+    created_at: datetime
+    details: dict[str, Any]
+
+
+class EndEventData(BaseModel):
+    status: str = Field(description="The job's terminal status.")
+
+
+SSE_PAYLOADS: dict[str, type[BaseModel]] = {
+    "status": StatusEventData, "metric": MetricEventData, "checkpoint": CheckpointEventData, "end": EndEventData,
+}
+
+
+def sse_event_schema() -> dict[str, Any]:
+    """One server-sent event as schemathesis and OpenAPI 3.2 read a text/event-stream: id, event, data."""
+    variants = [{
+        "type": "object",
+        "required": ["id", "event", "data"],
+        "properties": {
+            "id": {"type": "string", "description": "Opaque cursor; send it back as Last-Event-ID to resume after this event."},
+            "event": {"const": name},
+            "data": {"type": "string", "contentMediaType": "application/json",
+                     "contentSchema": {"$ref": f"#/components/schemas/{model.__name__}"}},
+        },
+    } for name, model in SSE_PAYLOADS.items()]
+    return {"oneOf": variants}

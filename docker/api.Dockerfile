@@ -15,6 +15,7 @@ COPY pyproject.toml README.md ./
 COPY api ./api
 COPY jobs ./jobs
 COPY trainer ./trainer
+COPY dashboard ./dashboard
 RUN pip wheel --no-deps --wheel-dir /wheels .
 
 # ---- runtime

@@ -20,6 +20,7 @@ COPY api ./api
 COPY jobs ./jobs
 COPY worker ./worker
 COPY trainer ./trainer
+COPY dashboard ./dashboard
 RUN pip wheel --no-deps --wheel-dir /wheels .
 
 # ---- runtime

@@ -1,7 +1,12 @@
-"""Engine and sessions. SQLite by default (WAL, busy timeout), PostgreSQL from the URL."""
+"""Engine, sessions and schema migrations. SQLite by default (WAL, busy timeout), PostgreSQL from the URL.
+
+``python -m jobs.db upgrade`` applies the migrations by hand (the API and the worker do it at start)."""
 
 from __future__ import annotations
 
+import argparse
+import fcntl
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import lru_cache
@@ -9,10 +14,16 @@ from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Engine
-from sqlmodel import Session, SQLModel
+from sqlmodel import Session
 
 from jobs import models  # noqa: F401  (registers the tables on SQLModel.metadata)
+
+log = logging.getLogger(__name__)
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
@@ -41,11 +52,97 @@ def get_engine(url: str) -> Engine:
     return make_engine(url)
 
 
+MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
+# Any fixed 64-bit number; every torchyard process that migrates takes the same PostgreSQL advisory lock.
+_PG_MIGRATION_LOCK = 0x746F7263687964
+_BASELINE = "0001"
+
+
+def _alembic_config() -> Config:
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    return cfg
+
+
+@lru_cache(maxsize=1)
+def head_revision() -> str:
+    head = ScriptDirectory.from_config(_alembic_config()).get_current_head()
+    assert head is not None
+    return head
+
+
+@contextmanager
+def _migration_lock(engine: Engine, conn: sa.Connection) -> Iterator[None]:
+    """Serialise concurrent starts (API replicas, workers): the second waits, then finds the schema at head."""
+    if engine.dialect.name == "postgresql":
+        conn.execute(sa.text("SELECT pg_advisory_lock(:key)"), {"key": _PG_MIGRATION_LOCK})
+        conn.commit()
+        try:
+            yield
+        finally:
+            conn.rollback()
+            conn.execute(sa.text("SELECT pg_advisory_unlock(:key)"), {"key": _PG_MIGRATION_LOCK})
+            conn.commit()
+        return
+    path = engine.url.database if engine.dialect.name == "sqlite" else None
+    if not path or path == ":memory:":
+        yield
+        return
+    # SQLite has no advisory locks; an flock on a file next to the database does the same on one host.
+    with open(f"{path}.migrate-lock", "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def migrate(engine: Engine, revision: str = "head") -> None:
+    """Bring the schema to ``revision`` with Alembic; safe to call from several processes at once."""
+    with engine.connect() as conn, _migration_lock(engine, conn):
+        current = MigrationContext.configure(conn).get_current_revision()
+        conn.commit()
+        if current == head_revision() and revision == "head":
+            return  # the common case at every start: nothing to do
+        tables = set(sa.inspect(conn).get_table_names())
+        if current is None and "jobs" in tables:
+            # A database made by create_all before migrations existed holds the baseline schema: adopt it.
+            log.info("database has tables but no migration history; stamping baseline %s", _BASELINE)
+            cfg = _alembic_config()
+            cfg.attributes["connection"] = conn
+            command.stamp(cfg, _BASELINE)
+            conn.commit()
+        cfg = _alembic_config()
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, revision)
+        conn.commit()
+        log.info("database schema at %s", MigrationContext.configure(conn).get_current_revision())
+
+
 def init_db(engine: Engine) -> None:
-    SQLModel.metadata.create_all(engine)
+    """Create or upgrade the schema. One path for the API, the worker and tests: Alembic migrations."""
+    migrate(engine)
 
 
 @contextmanager
 def session_scope(engine: Engine) -> Iterator[Session]:
     with Session(engine, expire_on_commit=False) as session:
         yield session
+
+
+def main(argv: list[str] | None = None) -> None:
+    from jobs.settings import get_settings
+
+    parser = argparse.ArgumentParser(prog="python -m jobs.db", description="Manage the torchyard database schema.")
+    parser.add_argument("action", choices=["upgrade", "current"], help="upgrade: migrate to head; current: print the revision")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    engine = make_engine(get_settings().database_url)
+    if args.action == "upgrade":
+        migrate(engine)
+    with engine.connect() as conn:
+        log.info("revision %s (head %s)", MigrationContext.configure(conn).get_current_revision(), head_revision())
+
+
+if __name__ == "__main__":
+    main()

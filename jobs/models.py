@@ -160,3 +160,30 @@ class Checkpoint(SQLModel, table=True):
     created_at: datetime = Field(default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False))
     seq: int
     details: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+
+
+class ApiKey(SQLModel, table=True):
+    """A tenant's API key. Only a SHA-256 digest of the secret is stored: the secret is random
+    and long, so a slow password hash would add latency to every request and no safety."""
+
+    __tablename__ = "api_keys"
+
+    id: str = Field(primary_key=True, max_length=32)
+    owner: str = Field(index=True, max_length=64)
+    name: str = Field(max_length=128)
+    key_hash: str = Field(max_length=64)
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False))
+    revoked_at: datetime | None = _ts()
+
+
+class IdempotencyKey(SQLModel, table=True):
+    """An ``Idempotency-Key`` of ``POST /v1/jobs``, scoped to its owner. The primary key makes
+    concurrent duplicates collide in SQL, so exactly one of them creates a job."""
+
+    __tablename__ = "idempotency_keys"
+
+    owner: str = Field(primary_key=True, max_length=64)
+    key: str = Field(primary_key=True, max_length=255)
+    request_hash: str = Field(max_length=64)
+    job_id: str = Field(foreign_key="jobs.id", max_length=32)
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False))

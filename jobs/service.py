@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import base64
+import hashlib
+import hmac
+import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,12 +13,16 @@ from typing import Any
 
 import sqlalchemy as sa
 from redis import Redis
+from redis.exceptions import RedisError
+from rq import Queue, Worker
+from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session
 
-from jobs import queue
-from jobs.models import Checkpoint, Job, MetricPoint, Status
+from jobs import artifacts, limits, queue
+from jobs.models import Attempt, Checkpoint, IdempotencyKey, Job, MetricPoint, Status, Transition
+from jobs.settings import Settings
 from jobs.states import TransitionRefused, transition
-from trainer.spec import JobSpec
+from trainer.spec import JobSpec, ScriptJobSpec
 
 log = logging.getLogger(__name__)
 
@@ -29,19 +36,76 @@ class JobConflict(Exception):
     """The request does not fit the job's current status (HTTP 409)."""
 
 
-def submit(session: Session, redis: Redis, owner: str, spec: JobSpec) -> Job:
+class IdempotencyMismatch(ValueError):
+    """An ``Idempotency-Key`` reused with a different request (HTTP 422)."""
+
+
+@dataclass(frozen=True)
+class Submission:
+    job: Job
+    replayed: bool  # True: an earlier request with the same Idempotency-Key created ``job``
+
+
+def request_hash(spec: JobSpec | ScriptJobSpec) -> str:
+    """Digest of the parsed spec, so key order and whitespace in the body do not matter."""
+    canonical = json.dumps(spec.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _idempotent_job(session: Session, owner: str, key: str, digest: str) -> Job | None:
+    row = session.get(IdempotencyKey, (owner, key), populate_existing=True)
+    if row is None:
+        return None
+    if not hmac.compare_digest(row.request_hash, digest):
+        raise IdempotencyMismatch(f"Idempotency-Key {key!r} was already used with a different request body (job {row.job_id})")
+    job = session.get(Job, row.job_id)
+    assert job is not None
+    return job
+
+
+def submit(
+    session: Session, redis: Redis, owner: str, spec: JobSpec | ScriptJobSpec, *,
+    idempotency_key: str | None = None, settings: Settings | None = None,
+) -> Submission:
     """Record a checked spec as a queued job, then enqueue it. The row commits first:
-    if Redis is down the job is still accepted and the reconciler enqueues it."""
+    if Redis is down the job is still accepted and the reconciler enqueues it.
+
+    With ``idempotency_key`` a repeated request returns the job the first one created; the
+    (owner, key) primary key makes concurrent duplicates collide, so exactly one job is made.
+    With ``settings`` the owner's queued-job cap applies (limits.OverLimit)."""
+    digest = request_hash(spec)
+    if idempotency_key and (existing := _idempotent_job(session, owner, idempotency_key, digest)):
+        return Submission(existing, replayed=True)
     job = Job(
         owner=owner, name=spec.name, kind=spec.kind, queue=spec.queue, labels=dict(spec.labels),
         spec=spec.model_dump(mode="json"), max_attempts=spec.retries + 1,
     )
-    session.add(job)
-    session.commit()
+    try:
+        with limits.owner_lock(session, owner):
+            # Again under the lock: a concurrent duplicate may have committed while we waited for it.
+            if idempotency_key and (existing := _idempotent_job(session, owner, idempotency_key, digest)):
+                session.rollback()
+                return Submission(existing, replayed=True)
+            if settings is not None:
+                limits.check_submit(session, owner, settings)
+            session.add(job)
+            session.flush()  # the job row first: the idempotency row references it
+            if idempotency_key:
+                session.add(IdempotencyKey(owner=owner, key=idempotency_key, request_hash=digest, job_id=job.id))
+            session.commit()
+    except IntegrityError:
+        session.rollback()
+        existing = _idempotent_job(session, owner, idempotency_key, digest) if idempotency_key else None
+        if existing is None:
+            raise
+        return Submission(existing, replayed=True)
+    except BaseException:
+        session.rollback()
+        raise
     session.refresh(job)
     queue.enqueue(redis, job)
     log.info("job %s submitted by %s", job.id, owner, extra={"job_id": job.id})
-    return job
+    return Submission(job, replayed=False)
 
 
 def get_job(session: Session, owner: str, job_id: str) -> Job:
@@ -171,3 +235,152 @@ def metric_points(
 def checkpoints(session: Session, job_id: str) -> list[Checkpoint]:
     query = sa.select(Checkpoint).where(Checkpoint.job_id == job_id).order_by(Checkpoint.step)
     return list(session.exec(query).scalars())  # type: ignore[call-overload]
+
+
+def attempts(session: Session, job_id: str) -> list[Attempt]:
+    query = sa.select(Attempt).where(Attempt.job_id == job_id).order_by(Attempt.attempt)
+    return list(session.exec(query).scalars())  # type: ignore[call-overload]
+
+
+def transitions(session: Session, job_id: str) -> list[Transition]:
+    query = sa.select(Transition).where(Transition.job_id == job_id).order_by(Transition.id)
+    return list(session.exec(query).scalars())  # type: ignore[call-overload]
+
+
+def waiting_reason(session: Session, redis: Redis, job: Job, settings: Settings, position: int | None) -> str | None:
+    """Why a queued job has not started, in words; None unless it is queued."""
+    if job.status != Status.QUEUED.value:
+        return None
+    try:
+        workers = Worker.all(queue=Queue(job.queue, connection=redis))
+    except RedisError:
+        return "Redis does not answer; the job is kept in SQL and enqueued once Redis is back"
+    if not workers:
+        return f"no worker is serving queue {job.queue}"
+    running = limits.count(session, job.owner, (Status.RUNNING.value, Status.CANCELLING.value))
+    if running >= settings.max_running_per_owner:
+        return f"over the owner's running-job cap: {running} running, the cap is {settings.max_running_per_owner}"
+    if position is None:
+        return f"not in queue {job.queue} yet; the reconciler enqueues it again"
+    if position > 0:
+        return f"{position} job{'s' if position != 1 else ''} ahead in queue {job.queue}"
+    if all(w.get_state() == "busy" for w in workers):
+        return f"next in queue {job.queue}; all {len(workers)} workers serving it are busy"
+    return f"next in queue {job.queue}; a worker picks it up shortly"
+
+
+@dataclass(frozen=True)
+class JobDetail:
+    job: Job
+    queue_position: int | None
+    waiting_reason: str | None
+    attempts: list[Attempt]
+    transitions: list[Transition]
+
+
+def job_detail(session: Session, redis: Redis, settings: Settings, owner: str, job_id: str) -> JobDetail:
+    job = get_job(session, owner, job_id)
+    position = queue.queue_position(redis, job) if job.status == Status.QUEUED.value else None
+    return JobDetail(job, position, waiting_reason(session, redis, job, settings, position),
+                     attempts(session, job_id), transitions(session, job_id))
+
+
+@dataclass(frozen=True)
+class CheckpointInfo:
+    checkpoint: Checkpoint
+    path: str  # absolute, as the worker wrote it
+    size_bytes: int | None  # None: its files are gone (keep_last) or unreachable from here
+    has_weights: bool
+
+
+def checkpoint_infos(session: Session, settings: Settings, job: Job) -> list[CheckpointInfo]:
+    infos = []
+    for ckpt in checkpoints(session, job.id):
+        local = artifacts.safe_path(settings, job.id, ckpt.path)
+        size = artifacts.tree_size(local) if local is not None else None
+        path = str(Path(job.run_dir) / ckpt.path) if job.run_dir else ckpt.path
+        infos.append(CheckpointInfo(ckpt, path, size, isinstance(ckpt.details.get("weights"), str)))
+    return infos
+
+
+class FileUnavailable(LookupError):
+    """A file the API would serve does not exist here, or lies outside the runs directory (HTTP 404)."""
+
+
+def weights_file(session: Session, settings: Settings, owner: str, job_id: str, step: int | None = None) -> tuple[Checkpoint, Path]:
+    """The consolidated weights of checkpoint ``step``, or of the latest checkpoint that has them."""
+    get_job(session, owner, job_id)
+    saved = [c for c in checkpoints(session, job_id) if step is None or c.step == step]
+    if not saved:
+        raise FileUnavailable(f"job {job_id} has no checkpoint" + (f" at step {step}" if step is not None else ""))
+    with_weights = [c for c in saved if isinstance(c.details.get("weights"), str)]
+    if not with_weights:
+        raise FileUnavailable(f"job {job_id}: no consolidated weights file" + (f" at step {step}" if step is not None else "")
+                              + "; the final checkpoint of a finished job has one")
+    ckpt = with_weights[-1]
+    path = artifacts.safe_path(settings, job_id, ckpt.details["weights"])
+    if path is None or not path.is_file():
+        raise FileUnavailable(f"job {job_id}: the weights file of step {ckpt.step} is not available")
+    return ckpt, path
+
+
+def job_log(session: Session, settings: Settings, owner: str, job_id: str, attempt: int | None) -> tuple[Job, int]:
+    """The job and the attempt whose logs are wanted (default: the current one)."""
+    job = get_job(session, owner, job_id)
+    attempt = job.attempt if attempt is None else attempt
+    if attempt > job.attempt:
+        raise FileUnavailable(f"job {job_id} has no attempt {attempt} (current attempt {job.attempt})")
+    return job, attempt
+
+
+def log_follow_done(session: Session, job_id: str, attempt: int) -> bool:
+    """Whether a followed log of ``attempt`` is complete: the job finished or moved on to a later attempt."""
+    row = session.exec(sa.select(Job.status, Job.attempt).where(Job.id == job_id)).one()  # type: ignore[call-overload]
+    session.commit()  # end the read transaction so the next poll sees new commits
+    return Status(row.status).terminal or row.attempt > attempt
+
+
+# ------------------------------------------------------------------ numbers for /metrics
+
+
+def status_counts(session: Session) -> dict[str, int]:
+    rows = session.exec(sa.select(Job.status, sa.func.count()).group_by(Job.status))  # type: ignore[call-overload]
+    counts = {s.value: 0 for s in Status}
+    counts.update({status: int(n) for status, n in rows})
+    return counts
+
+
+def events_ingested_total(session: Session) -> int:
+    """Events stored from every job's events.jsonl; ``last_seq`` only grows, so the sum is a counter."""
+    return int(session.exec(sa.select(sa.func.coalesce(sa.func.sum(Job.last_seq), 0))).scalar_one())  # type: ignore[call-overload]
+
+
+def dispatches_after(session: Session, after_id: int, limit: int = 5000) -> tuple[list[float], int]:
+    """Seconds each job waited from queued to running, for transitions to running after ``after_id``;
+    returns the latencies and the id to continue from."""
+    started = list(session.exec(  # type: ignore[call-overload]
+        sa.select(Transition).where(Transition.id > after_id, Transition.to_status == Status.RUNNING.value)
+        .order_by(Transition.id).limit(limit)
+    ).scalars())
+    if not started:
+        return [], after_id
+    job_ids = {t.job_id for t in started}
+    queued: dict[str, list[Transition]] = {}
+    for t in session.exec(  # type: ignore[call-overload]
+        sa.select(Transition).where(Transition.job_id.in_(job_ids), Transition.to_status == Status.QUEUED.value)  # type: ignore[attr-defined]
+        .order_by(Transition.id)
+    ).scalars():
+        queued.setdefault(t.job_id, []).append(t)
+    created = dict(session.exec(sa.select(Job.id, Job.created_at).where(Job.id.in_(job_ids))).all())  # type: ignore[call-overload, attr-defined]
+    latencies = []
+    for t in started:
+        # The wait began at the job's last return to the queue before this start, else at submission.
+        since = max((q.at for q in queued.get(t.job_id, []) if (q.id or 0) < (t.id or 0)), default=created.get(t.job_id))
+        if since is not None:
+            latencies.append(max(0.0, (t.at - since).total_seconds()))
+    return latencies, started[-1].id or after_id
+
+
+def queue_depths(redis: Redis) -> dict[str, int]:
+    """Jobs waiting in each RQ queue (RedisError propagates)."""
+    return {q.name: q.count for q in Queue.all(connection=redis)}

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from importlib.metadata import entry_points
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -41,7 +41,7 @@ class CNNArgs(_Args):
 
 class ResNetArgs(_Args):
     width: int = Field(16, ge=1, le=512, description="Channels of the first stage; doubled per stage.")
-    blocks_per_stage: list[int] = Field(
+    blocks_per_stage: list[Annotated[int, Field(ge=1, le=64)]] = Field(
         default_factory=lambda: [1, 1, 1], min_length=1, max_length=6,
         description="Residual blocks in each stage.",
     )

@@ -62,6 +62,19 @@ def _pick_device(requested: str, local_rank: int) -> torch.device:
     return torch.device("cpu")
 
 
+def _restart_scoped_store(rank: int, world_size: int, timeout: datetime.timedelta) -> dist.Store | None:
+    """torchrun's agent store, with keys scoped to this restart of the worker group.
+
+    After an in-attempt restart the ranks rejoin the same agent store; seen under load, a
+    restarted rank then read a dead peer's address left by the previous generation and its gloo
+    mesh connect failed. A prefix per TORCHELASTIC_RESTART_COUNT makes every generation's keys
+    its own. None when torchrun did not offer its store (a plain env:// start)."""
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return None
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world_size, is_master=False, timeout=timeout)
+    return dist.PrefixStore(f"torchyard/restart_{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", store)
+
+
 def init_distributed(requested_device: str = "auto", timeout_s: float = 1800.0) -> RankInfo:
     """Join the process group torchrun set up (or a single-process one when started by hand).
 
@@ -87,7 +100,12 @@ def init_distributed(requested_device: str = "auto", timeout_s: float = 1800.0) 
             dist.init_process_group(backend, store=store, rank=0, world_size=1, timeout=datetime.timedelta(seconds=timeout_s))
         else:
             kwargs = {"device_id": device} if device.type == "cuda" else {}
-            dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s), **kwargs)
+            timeout = datetime.timedelta(seconds=timeout_s)
+            store = _restart_scoped_store(rank, world_size, timeout)
+            if store is not None:
+                dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout, **kwargs)
+            else:
+                dist.init_process_group(backend, timeout=timeout, **kwargs)
     info = RankInfo(rank, local_rank, world_size, local_world_size, device, backend)
     log.info("rank %d/%d local_rank %d device %s backend %s", rank, world_size, local_rank, device, backend)
     return info

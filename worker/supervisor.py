@@ -31,6 +31,7 @@ from sqlmodel import Session
 from jobs import queue
 from jobs.db import get_engine
 from jobs.ingest import ingest_events
+from jobs.limits import running_cap_reached
 from jobs.models import Attempt, ErrorType, Job, Status, utcnow
 from jobs.settings import Settings, get_settings
 from jobs.states import TransitionRefused, transition
@@ -81,6 +82,10 @@ class Supervisor:
     # ------------------------------------------------------------ lifecycle
 
     def run(self) -> str:
+        if self._over_running_cap():
+            # Left queued in SQL and gone from Redis: the reconciler offers it again after a lease TTL.
+            log.info("job %s: owner is at the running-job cap; held back", self.job_id, extra=self.log_extra)
+            return "held back: owner's running-job cap"
         try:
             job = self._claim()
         except TransitionRefused as exc:
@@ -97,6 +102,12 @@ class Supervisor:
     def _on_sigterm(self, signum: int, _frame: FrameType | None) -> None:
         log.warning("job %s: worker is stopping; preempting the attempt", self.job_id, extra=self.log_extra)
         self.preempt_requested = True
+
+    def _over_running_cap(self) -> bool:
+        job = self.session.get(Job, self.job_id)
+        over = job is not None and job.status == Status.QUEUED.value and running_cap_reached(self.session, job.owner, self.settings)
+        self.session.commit()
+        return over
 
     def _claim(self) -> Job:
         now = utcnow()

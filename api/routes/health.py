@@ -1,10 +1,11 @@
-"""Liveness and readiness."""
+"""Liveness, readiness and Prometheus metrics. No auth: load balancers and scrapers call these."""
 
 from __future__ import annotations
 
 import sqlalchemy as sa
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from redis.exceptions import RedisError
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -31,8 +32,14 @@ def readyz(request: Request, redis: RedisDep) -> JSONResponse:
     try:
         redis.ping()
         checks["redis"] = "ok"
-    except RedisError as exc:
+    except (RedisError, OSError) as exc:
         checks["redis"] = f"error: {exc.__class__.__name__}"
     ready = all(v == "ok" for v in checks.values())
     body = Health(status="ok" if ready else "unavailable", checks=checks)
     return JSONResponse(body.model_dump(), status_code=200 if ready else 503)
+
+
+@router.get("/metrics", response_class=Response, summary="Prometheus metrics",
+            responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}, "description": "Prometheus text format."}})
+def metrics(request: Request) -> Response:
+    return Response(generate_latest(request.app.state.metrics_registry), media_type=CONTENT_TYPE_LATEST)

@@ -1,34 +1,54 @@
-"""/v1/jobs: submit, list, inspect, cancel; metrics and checkpoints."""
+"""/v1/jobs: submit, list, inspect, cancel, retry; metrics, checkpoints and weights downloads."""
 
 from __future__ import annotations
 
+from pathlib import Path as FilePath
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, HTTPException, Query
+from fastapi import APIRouter, Body, Header, HTTPException, Path, Query, Response
+from fastapi.responses import FileResponse
 
-from api.auth import Principal, current_principal
+from api.auth import PrincipalDep
 from api.deps import RedisDep, SessionDep, SettingsDep
 from api.schemas import CheckpointList, CheckpointOut, JobList, JobOut, MetricList, MetricOut
-from jobs import queue, service
+from jobs import limits, service
 from jobs.models import Status
-from trainer.spec import JobSpec, SpecError, spec_problems
+from trainer.spec import AnySpec, SpecError, spec_problems
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
-PrincipalDep = Annotated[Principal, Depends(current_principal)]
+
+JobId = Annotated[str, Path(min_length=1, max_length=64, description="Job id.")]
+IdempotencyKey = Annotated[str | None, Header(
+    alias="Idempotency-Key", min_length=1, max_length=255, pattern=r"^[\x21-\x7e]+$",
+    description="Repeat a submission safely: the same key and body return the same job; the same key with "
+                "another body answers 422. Scoped to the key's owner.",
+)]
+SPEC_EXAMPLES = {"mlp": {"summary": "A small MLP on synthetic data, DDP on 2 processes", "value": {
+    "name": "mlp-synthetic", "model": {"name": "mlp", "args": {"hidden": 64}},
+    "data": {"name": "synthetic-classification", "args": {"samples": 1024}},
+    "parallel": {"strategy": "ddp", "nproc_per_node": 2}, "train": {"epochs": 1, "global_batch_size": 32, "lr": 0.001},
+    "labels": {"team": "vision"},
+}}}
+_FILE = {200: {"content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
+               "description": "The safetensors file."}}
 
 
-def _detail(job, redis) -> JobOut:  # noqa: ANN001
-    position = queue.queue_position(redis, job) if job.status == Status.QUEUED.value else None
-    return JobOut.of(job, position)
-
-
-@router.post("", status_code=201, response_model=JobOut, summary="Submit a job")
-def submit_job(spec: JobSpec, principal: PrincipalDep, session: SessionDep, redis: RedisDep, settings: SettingsDep) -> JobOut:
+@router.post("", status_code=201, response_model=JobOut, summary="Submit a job",
+             responses={201: {"headers": {"Idempotent-Replayed": {
+                 "description": "'true' when an earlier request with the same Idempotency-Key created this job.",
+                 "schema": {"type": "string"}}}}})
+def submit_job(
+    spec: Annotated[AnySpec, Body(openapi_examples=SPEC_EXAMPLES)],
+    principal: PrincipalDep, session: SessionDep, redis: RedisDep, settings: SettingsDep, response: Response,
+    idempotency_key: IdempotencyKey = None,
+) -> JobOut:
     problems = spec_problems(spec, settings.spec_limits())
     if problems:
         raise SpecError(problems)
-    job = service.submit(session, redis, principal.owner, spec)
-    return _detail(job, redis)
+    sub = service.submit(session, redis, principal.owner, spec, idempotency_key=idempotency_key, settings=settings)
+    if sub.replayed:
+        response.headers["Idempotent-Replayed"] = "true"
+    return JobOut.detail(service.job_detail(session, redis, settings, principal.owner, sub.job.id))
 
 
 def _labels(label: list[str]) -> dict[str, str]:
@@ -36,7 +56,7 @@ def _labels(label: list[str]) -> dict[str, str]:
     for item in label:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise HTTPException(422, f"label filter {item!r} must be key=value")
+            raise HTTPException(422, f"label: filter {item!r} must be key=value")
         pairs[key] = value
     return pairs
 
@@ -47,7 +67,7 @@ def list_jobs(
     session: SessionDep,
     status: Annotated[list[Status] | None, Query(description="Repeat to match any of several.")] = None,
     name: Annotated[str | None, Query(max_length=64)] = None,
-    label: Annotated[list[str], Query(description="key=value; repeat to require several.")] = [],  # noqa: B006
+    label: Annotated[list[str], Query(description="key=value; repeat to require several.", max_length=32)] = [],  # noqa: B006
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     cursor: Annotated[str | None, Query(max_length=256)] = None,
 ) -> JobList:
@@ -58,29 +78,33 @@ def list_jobs(
     return JobList(items=[JobOut.of(j) for j in page.items], next_cursor=page.next_cursor)
 
 
-@router.get("/{job_id}", response_model=JobOut, summary="One job: status, spec, attempts, latest metrics, error")
-def get_job(job_id: str, principal: PrincipalDep, session: SessionDep, redis: RedisDep) -> JobOut:
-    return _detail(service.get_job(session, principal.owner, job_id), redis)
+@router.get("/{job_id}", response_model=JobOut,
+            summary="One job: status, spec, attempts, transitions, queue position and why it waits, latest metrics, error")
+def get_job(job_id: JobId, principal: PrincipalDep, session: SessionDep, redis: RedisDep, settings: SettingsDep) -> JobOut:
+    return JobOut.detail(service.job_detail(session, redis, settings, principal.owner, job_id))
 
 
 @router.post("/{job_id}/cancel", response_model=JobOut, summary="Cancel a queued or running job")
-def cancel_job(job_id: str, principal: PrincipalDep, session: SessionDep, redis: RedisDep) -> JobOut:
+def cancel_job(job_id: JobId, principal: PrincipalDep, session: SessionDep, redis: RedisDep) -> JobOut:
     return JobOut.of(service.request_cancel(session, redis, principal.owner, job_id))
 
 
 @router.post("/{job_id}/retry", status_code=201, response_model=JobOut,
              summary="Run a finished job again, from its latest checkpoint, as a new job")
-def retry_job(job_id: str, principal: PrincipalDep, session: SessionDep, redis: RedisDep) -> JobOut:
-    return _detail(service.retry(session, redis, principal.owner, job_id), redis)
+def retry_job(job_id: JobId, principal: PrincipalDep, session: SessionDep, redis: RedisDep, settings: SettingsDep) -> JobOut:
+    service.get_job(session, principal.owner, job_id)  # 404 before the cap: another owner's job says nothing
+    limits.check_submit(session, principal.owner, settings)  # a retry is a new queued job
+    job = service.retry(session, redis, principal.owner, job_id)
+    return JobOut.detail(service.job_detail(session, redis, settings, principal.owner, job.id))
 
 
 @router.get("/{job_id}/metrics", response_model=MetricList, summary="Metric points, ordered by step")
 def get_metrics(
-    job_id: str,
+    job_id: JobId,
     principal: PrincipalDep,
     session: SessionDep,
-    name: Annotated[list[str] | None, Query(description="Metric names, e.g. train/loss; repeat for several.")] = None,
-    since_step: Annotated[int | None, Query(ge=0)] = None,
+    name: Annotated[list[str] | None, Query(description="Metric names, e.g. train/loss; repeat for several.", max_length=64)] = None,
+    since_step: Annotated[int | None, Query(ge=0, le=2**62)] = None,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
     cursor: Annotated[str | None, Query(max_length=256)] = None,
 ) -> MetricList:
@@ -92,7 +116,27 @@ def get_metrics(
     return MetricList(items=[MetricOut.of(p) for p in page.items], next_cursor=page.next_cursor)
 
 
-@router.get("/{job_id}/checkpoints", response_model=CheckpointList, summary="Saved checkpoints, oldest first")
-def get_checkpoints(job_id: str, principal: PrincipalDep, session: SessionDep) -> CheckpointList:
+@router.get("/{job_id}/checkpoints", response_model=CheckpointList, summary="Saved checkpoints with their sizes, oldest first")
+def get_checkpoints(job_id: JobId, principal: PrincipalDep, session: SessionDep, settings: SettingsDep) -> CheckpointList:
     job = service.get_job(session, principal.owner, job_id)
-    return CheckpointList(items=[CheckpointOut.of(c, job.run_dir) for c in service.checkpoints(session, job_id)])
+    return CheckpointList(items=[CheckpointOut.of(info, job.id) for info in service.checkpoint_infos(session, settings, job)])
+
+
+def _weights_response(job_id: str, step: int, path: FilePath) -> FileResponse:
+    return FileResponse(path, media_type="application/octet-stream", filename=f"{job_id}-step{step}-{path.name}")
+
+
+@router.get("/{job_id}/weights", response_class=FileResponse, responses=_FILE,
+            summary="Download the consolidated weights of the latest checkpoint that has them (the final one)")
+def get_final_weights(job_id: JobId, principal: PrincipalDep, session: SessionDep, settings: SettingsDep) -> FileResponse:
+    ckpt, path = service.weights_file(session, settings, principal.owner, job_id)
+    return _weights_response(job_id, ckpt.step, path)
+
+
+@router.get("/{job_id}/checkpoints/{step}/weights", response_class=FileResponse, responses=_FILE,
+            summary="Download the consolidated weights file of one checkpoint")
+def get_checkpoint_weights(
+    job_id: JobId, step: Annotated[int, Path(ge=0, le=2**62)], principal: PrincipalDep, session: SessionDep, settings: SettingsDep,
+) -> FileResponse:
+    ckpt, path = service.weights_file(session, settings, principal.owner, job_id, step)
+    return _weights_response(job_id, ckpt.step, path)

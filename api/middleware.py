@@ -1,0 +1,125 @@
+"""ASGI middleware: request size limit, request ids, access log and request latency.
+
+Pure ASGI rather than BaseHTTPMiddleware, so streamed responses (SSE, followed logs) pass
+through untouched and a body is never buffered to be measured.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+import time
+from http import HTTPStatus
+from typing import Any
+
+from fastapi import HTTPException
+from prometheus_client import Histogram
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from jobs import logconfig
+
+access_log = logging.getLogger("api.access")
+
+
+def problem_bytes(status: int, title: str, detail: str) -> bytes:
+    return json.dumps({"type": "about:blank", "title": title, "status": status, "detail": detail}).encode()
+
+
+class BodyTooLarge(HTTPException):
+    def __init__(self, limit: int):
+        super().__init__(413, f"request body is larger than {limit} bytes (TORCHYARD_MAX_REQUEST_BYTES)")
+
+
+class BodySizeLimit:
+    """413 for bodies over ``limit`` bytes: at once from Content-Length, else as soon as the
+    streamed body passes the limit, so an oversized body is never read whole."""
+
+    def __init__(self, app: ASGIApp, limit: int):
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope["headers"]).get(b"content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > self.limit):
+            await _send_problem(send, 413 if declared.isdigit() else 400,
+                                BodyTooLarge(self.limit).detail if declared.isdigit() else "malformed Content-Length")
+            return
+        received = 0
+        started = False
+
+        async def limited_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.limit:
+                    # An HTTPException: FastAPI turns it into the problem response, wherever the body is read.
+                    raise BodyTooLarge(self.limit)
+            return message
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, limited_receive, tracking_send)
+        except BodyTooLarge as exc:
+            if started:
+                raise
+            await _send_problem(send, 413, str(exc.detail))
+
+
+async def _send_problem(send: Send, status: int, detail: str) -> None:
+    body = problem_bytes(status, HTTPStatus(status).phrase, detail)
+    await send({"type": "http.response.start", "status": status, "headers": [
+        (b"content-type", b"application/problem+json"), (b"content-length", str(len(body)).encode()), (b"connection", b"close"),
+    ]})
+    await send({"type": "http.response.body", "body": body})
+
+
+class RequestContext:
+    """Request id (``X-Request-ID``, echoed or made), one structured access-log line per request,
+    and the request latency histogram labelled by route template (not raw path: bounded cardinality)."""
+
+    def __init__(self, app: ASGIApp, latency: Histogram):
+        self.app, self.latency = app, latency
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        incoming = dict(scope["headers"]).get(b"x-request-id", b"").decode("latin-1")
+        rid = incoming if 0 < len(incoming) <= 128 and incoming.isprintable() else secrets.token_hex(8)
+        token = logconfig.request_id.set(rid)
+        status = 500
+        start = time.perf_counter()
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                message = {**message, "headers": [*message.get("headers", []), (b"x-request-id", rid.encode())]}
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:
+            elapsed = time.perf_counter() - start
+            route = _route_template(scope)
+            self.latency.labels(scope["method"], route, str(status)).observe(elapsed)
+            extra: dict[str, Any] = {
+                "method": scope["method"], "path": scope["path"], "route": route, "status": status,
+                "duration_ms": round(elapsed * 1000, 1), "job_id": (scope.get("path_params") or {}).get("job_id"),
+                "owner": (scope.get("state") or {}).get("owner"),  # request.state.owner, set by auth
+            }
+            access_log.info("%s %s %d %.1fms", scope["method"], scope["path"], status, elapsed * 1000, extra=extra)
+            logconfig.request_id.reset(token)
+
+
+def _route_template(scope: Scope) -> str:
+    route = scope.get("route")
+    return getattr(route, "path", None) or "unmatched"

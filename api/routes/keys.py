@@ -1,0 +1,34 @@
+"""/v1/keys: tenant API keys, managed by the admin."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, HTTPException, Path, Response
+
+from api.auth import ADMIN_OWNER, AdminDep
+from api.deps import SessionDep
+from api.schemas import KeyCreate, KeyCreated, KeyList, KeyOut
+from jobs import keys
+
+router = APIRouter(prefix="/v1/keys", tags=["keys"])
+
+
+@router.post("", status_code=201, response_model=KeyCreated, summary="Create an API key for an owner (admin)")
+def create_key(body: KeyCreate, _: AdminDep, session: SessionDep) -> KeyCreated:
+    if body.owner == ADMIN_OWNER:
+        # The admin owner is the TORCHYARD_ADMIN_TOKEN's; a key for it would look like admin but could not manage keys.
+        raise HTTPException(422, f"owner: {ADMIN_OWNER!r} is reserved for TORCHYARD_ADMIN_TOKEN")
+    row, plain = keys.create_key(session, body.owner, body.name)
+    return KeyCreated(**KeyOut.of(row).model_dump(), key=plain)
+
+
+@router.get("", response_model=KeyList, summary="List API keys without their secrets (admin)")
+def list_keys(_: AdminDep, session: SessionDep) -> KeyList:
+    return KeyList(items=[KeyOut.of(k) for k in keys.list_keys(session)])
+
+
+@router.delete("/{key_id}", status_code=204, response_class=Response, summary="Revoke an API key at once (admin)")
+def revoke_key(key_id: Annotated[str, Path(min_length=1, max_length=32)], _: AdminDep, session: SessionDep) -> Response:
+    keys.revoke_key(session, key_id)
+    return Response(status_code=204)

@@ -1,0 +1,1 @@
+"""The ``torchyard`` command line (Typer + Rich), built on the ``client`` package."""

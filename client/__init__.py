@@ -1,0 +1,46 @@
+"""The typed Python client of the torchyard HTTP API.
+
+    from client import Client
+    with Client("http://127.0.0.1:8000", key) as c:
+        job = c.submit("examples/mlp-ddp.yaml")
+        for event in c.stream(job.id):
+            ...
+        job = c.wait(job.id)
+        losses = c.metrics(job.id, "train/loss")
+"""
+
+from client.client import Client, load_spec
+from client.config import ClientConfig, ConfigError, load_config
+from client.errors import (
+    ApiError,
+    Conflict,
+    ConnectionFailed,
+    Forbidden,
+    InvalidRequest,
+    NotFound,
+    TorchyardError,
+    Unauthorized,
+)
+from client.models import (
+    ACTIVE,
+    TERMINAL,
+    ApiKey,
+    Checkpoint,
+    CheckpointEvent,
+    EndEvent,
+    Event,
+    Job,
+    JobError,
+    JobPage,
+    MetricEvent,
+    MetricPoint,
+    OtherEvent,
+    StatusEvent,
+    expected_total_steps,
+)
+
+__all__ = [
+    "ACTIVE", "TERMINAL", "ApiError", "ApiKey", "Checkpoint", "CheckpointEvent", "Client", "ClientConfig", "ConfigError", "Conflict",
+    "ConnectionFailed", "EndEvent", "Event", "Forbidden", "InvalidRequest", "Job", "JobError", "JobPage", "MetricEvent", "MetricPoint",
+    "NotFound", "OtherEvent", "StatusEvent", "TorchyardError", "Unauthorized", "expected_total_steps", "load_config", "load_spec",
+]

@@ -1,0 +1,137 @@
+"""The live event feed of one job (``GET /v1/jobs/{id}/events``), read from SQL by polling.
+
+Three sources, each already ordered: status changes (``job_transitions.id``), and metric and
+checkpoint events (their ``seq`` from events.jsonl). A cursor is the pair of high-water marks
+``<transition id>-<seq>``; every message carries the cursor after it, so a client that
+reconnects with Last-Event-ID gets exactly what it has not seen, whatever the interleaving.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlmodel import Session
+
+from jobs.models import Checkpoint, Job, MetricPoint, Status, Transition
+
+# Upper bound of events read per poll; a longer backlog is sent over several polls without waiting.
+BATCH = 500
+
+
+@dataclass(frozen=True, order=True)
+class Cursor:
+    transition_id: int = 0
+    seq: int = 0
+
+    def encode(self) -> str:
+        return f"{self.transition_id}-{self.seq}"
+
+    @classmethod
+    def parse(cls, raw: str) -> Cursor:
+        head, sep, tail = raw.strip().partition("-")
+        if not sep or not head.isdigit() or not tail.isdigit() or len(raw) > 40:
+            raise ValueError(f"malformed event id {raw[:40]!r}; use the id of a message this stream sent")
+        return cls(int(head), int(tail))
+
+
+@dataclass(frozen=True)
+class Message:
+    event: str  # status | metric | checkpoint | end
+    data: dict[str, Any]
+    id: str
+
+
+@dataclass
+class Batch:
+    messages: list[Message] = field(default_factory=list)
+    cursor: Cursor = field(default_factory=Cursor)
+    more: bool = False  # the backlog was cut at BATCH: poll again at once
+    ended: bool = False  # the job is terminal and everything before ``end`` was sent
+
+
+def _iso(at: datetime) -> str:
+    return at.isoformat()
+
+
+def _status_data(t: Transition) -> dict[str, Any]:
+    return {"status": t.to_status, "reason": t.reason, "at": _iso(t.at), "attempt": t.attempt}
+
+
+def snapshot(session: Session, job: Job) -> Message:
+    """The first message of a fresh stream: the job's current status, from its latest transition."""
+    last = session.exec(  # type: ignore[call-overload]
+        sa.select(Transition).where(Transition.job_id == job.id).order_by(Transition.id.desc()).limit(1)  # type: ignore[union-attr]
+    ).scalars().first()
+    if last is None:
+        data = {"status": job.status, "reason": "submitted", "at": _iso(job.created_at), "attempt": job.attempt}
+        return Message("status", data, Cursor(0, 0).encode())
+    return Message("status", _status_data(last), Cursor(last.id or 0, 0).encode())
+
+
+def _checkpoint_path(run_dir: str | None, path: str) -> str:
+    return str(Path(run_dir) / path) if run_dir else path
+
+
+def poll(session: Session, job_id: str, cursor: Cursor) -> Batch:
+    """Everything after ``cursor``, oldest first; ``end`` last once the job is terminal."""
+    # Status first: the worker stores every event before its final transition commits, so a
+    # terminal status read here guarantees the reads below see the job's last events.
+    job = session.exec(sa.select(Job.status, Job.run_dir).where(Job.id == job_id)).one()  # type: ignore[call-overload]
+    status, run_dir = job.status, job.run_dir
+
+    changes = list(session.exec(  # type: ignore[call-overload]
+        sa.select(Transition).where(Transition.job_id == job_id, Transition.id > cursor.transition_id)
+        .order_by(Transition.id).limit(BATCH)
+    ).scalars())
+
+    seqs = sa.union(
+        sa.select(MetricPoint.seq).where(MetricPoint.job_id == job_id, MetricPoint.seq > cursor.seq),
+        sa.select(Checkpoint.seq).where(Checkpoint.job_id == job_id, Checkpoint.seq > cursor.seq),
+    ).subquery()
+    wanted = [row[0] for row in session.exec(sa.select(seqs.c[0]).order_by(seqs.c[0]).limit(BATCH))]  # type: ignore[call-overload]
+    events: list[tuple[float, int, Message | None, dict[str, Any]]] = []
+    if wanted:
+        low, high = cursor.seq, wanted[-1]
+        points = session.exec(  # type: ignore[call-overload]
+            sa.select(MetricPoint).where(MetricPoint.job_id == job_id, MetricPoint.seq > low, MetricPoint.seq <= high)
+            .order_by(MetricPoint.seq, MetricPoint.name)
+        ).scalars()
+        by_seq: dict[int, dict[str, Any]] = {}
+        for p in points:
+            entry = by_seq.setdefault(p.seq, {"step": p.step, "epoch": p.epoch, "values": {}, "time": p.time})
+            entry["values"][p.name] = p.value
+        ckpts = session.exec(  # type: ignore[call-overload]
+            sa.select(Checkpoint).where(Checkpoint.job_id == job_id, Checkpoint.seq > low, Checkpoint.seq <= high)
+        ).scalars()
+        for seq, data in by_seq.items():
+            events.append((data["time"], seq, None, {"event": "metric", **data}))
+        for c in ckpts:
+            data = {"step": c.step, "epoch": c.epoch, "path": _checkpoint_path(run_dir, c.path),
+                    "created_at": _iso(c.created_at), "details": c.details}
+            events.append((c.created_at.timestamp(), c.seq, None, {"event": "checkpoint", **data}))
+        events.sort(key=lambda e: e[1])
+
+    # Merge the two ordered sources by time so a reader sees "running" before that attempt's metrics.
+    transition_items = [(t.at.timestamp(), 0, t) for t in changes]
+    event_items = [(e[0], 1, e) for e in events]
+    batch = Batch(cursor=cursor)
+    t_id, seq = cursor.transition_id, cursor.seq
+    for _, kind, item in heapq.merge(transition_items, event_items, key=lambda x: (x[0], x[1])):
+        if kind == 0:
+            t_id = item.id or t_id  # type: ignore[union-attr]
+            batch.messages.append(Message("status", _status_data(item), Cursor(t_id, seq).encode()))  # type: ignore[arg-type]
+        else:
+            seq = item[1]  # type: ignore[index]
+            payload = dict(item[3])  # type: ignore[index]
+            batch.messages.append(Message(payload.pop("event"), payload, Cursor(t_id, seq).encode()))
+    batch.cursor = Cursor(t_id, seq)
+    batch.more = len(changes) == BATCH or len(wanted) == BATCH
+    if Status(status).terminal and not batch.more:
+        batch.messages.append(Message("end", {"status": status}, batch.cursor.encode()))
+        batch.ended = True
+    return batch
