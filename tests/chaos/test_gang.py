@@ -105,3 +105,21 @@ def test_killing_a_follower_worker_resumes_the_gang_elsewhere(services: Services
     tries = attempts(settings, job_id)
     assert [a.outcome for a in tries] == ["lost", "succeeded"]
     assert tries[1].resumed_from_step is not None and tries[1].resumed_from_step >= 5
+
+
+def test_cancel_and_timeout_stop_every_node(services: Services) -> None:
+    services.start_api()
+    for name in ("node-a", "node-b"):
+        services.start_worker(name, **GANG_ENV, **faults(slow(0.3)))
+    with services.client() as client:
+        cancelled = client.post("/v1/jobs", json=gang_spec(100)).json()["id"]
+        wait_step(services, client, cancelled, 3)
+        assert client.post(f"/v1/jobs/{cancelled}/cancel").status_code == 200
+        job = services.wait_status(client, cancelled, TERMINAL, timeout_s=60)
+        assert job["status"] == "cancelled"
+        wait_until(lambda: marked_processes(cancelled) == [], 15, what="every node of the cancelled job to stop")
+
+        timed = client.post("/v1/jobs", json=gang_spec(100, timeout_s=12)).json()["id"]
+        job = services.wait_status(client, timed, TERMINAL, timeout_s=90)
+        assert job["status"] == "failed" and job["error"]["type"] == "timeout", job["error"]
+        wait_until(lambda: marked_processes(timed) == [], 15, what="every node of the timed-out job to stop")
