@@ -39,6 +39,7 @@ from jobs import queue
 from jobs.db import get_engine
 from jobs.models import Job, Status
 from jobs.settings import Settings, get_settings
+from trainer.exit_codes import PREEMPTED_EXIT_CODE
 from trainer.spec import SpecError, spec_from_dict
 from worker import processes
 from worker.launch import NodeLaunch, torchrun_command, torchrun_env
@@ -175,16 +176,21 @@ class Leader:
     def stop(self) -> None:
         self.round.publish(STOP)
 
-    def trouble(self) -> tuple[str, bool] | None:
-        """(what, lost) when a follower is gone (lost) or ended with an error while node 0 runs."""
+    def trouble(self) -> tuple[str, str] | None:
+        """(what, kind) when a follower ended other than cleanly while node 0 runs; kind is ``lost`` (its
+        heartbeat expired without an exit report), ``preempted`` (its worker was stopped and the trainer
+        checkpointed) or ``failed``."""
         exits = self.round.exits()
         members = self.round.members()
         for rank in self.followers:
+            who = f"node {rank} (worker {members.get(rank)})"
             if rank in exits:
-                if exits[rank] not in (0,):
-                    return f"node {rank} (worker {members.get(rank)}) exited with code {exits[rank]}", False
+                if exits[rank] == PREEMPTED_EXIT_CODE:
+                    return f"{who} was preempted", "preempted"
+                if exits[rank] != 0:
+                    return f"{who} exited with code {exits[rank]}", "failed"
             elif not self.round.alive(rank):
-                return f"node {rank} (worker {members.get(rank)}) stopped heart-beating", True
+                return f"{who} stopped heart-beating", "lost"
         return None
 
     def settle(self, timeout_s: float, on_wait: Callable[[], None] | None = None) -> list[int]:

@@ -332,11 +332,14 @@ class Supervisor:
                 self.gang.round.beat(0)
                 trouble = self.gang.trouble()
                 if trouble is not None:
-                    what, lost = trouble
+                    what, kind = trouble
                     log.warning("job %s: %s; stopping the gang", job.id, what, extra=self.log_extra)
                     code = self._stop(proc, job)
-                    if lost:
+                    if kind == "lost":
                         return self._node_lost(job, what, code)
+                    if kind == "preempted":
+                        return self._requeue(job, reason=f"{what}; resumes from its checkpoint", outcome_name="preempted",
+                                             consume_retry=False, exit_code=code)
                     failure = self._gang_failure(Path(job.run_dir or ""), job.attempt)
                     return self._fail_or_retry(job, failure or outcome.Failure(ErrorType.TRAINING, what, None, code))
             time.sleep(self.settings.poll_interval_s)
@@ -347,6 +350,8 @@ class Supervisor:
     def _stop(self, proc: subprocess.Popen[bytes], job: Job) -> int | None:
         def keep_lease() -> None:
             # The grace period can outlast the lease; without heartbeats a reconciler would take the job mid-stop.
+            if self.gang is not None:
+                self.gang.round.beat(0)  # and the followers would take node 0 for dead
             self._ingest()
             with contextlib.suppress(SQLAlchemyError):
                 self._heartbeat(job.attempt)
