@@ -187,6 +187,14 @@ class Supervisor:
                 return outcome.Failure(found.type, f"node {rank}: {found.message}", found.traceback, code, found.log_tail, found.rank)
         return None
 
+    def _done_despite(self, job: Job, what: str) -> str:
+        """Training finished: the trainer's "done" comes after the last step and the final checkpoint, both
+        collective, so every rank got there. A rank that crashes after that, while tearing down (seen on
+        CPU: a gloo rank aborting at interpreter exit once its peers on another node are gone), loses nothing."""
+        log.warning("job %s: %s after training finished; the job succeeded", job.id, what, extra=self.log_extra)
+        return self._finish(job, Status.SUCCEEDED, reason=f"training done; {what} while shutting down",
+                            outcome="succeeded", exit_code=0)
+
     def _node_lost(self, job: Job, what: str, code: int | None) -> str:
         """A follower's worker vanished: like a lost worker, requeued without spending a retry, up to max_worker_losses."""
         error = outcome.Failure(ErrorType.WORKER_LOST, what, None, code)
@@ -272,6 +280,8 @@ class Supervisor:
         if outcome.was_preempted(code, self.last_phase):
             return self._requeue(job, reason="preempted; resumes from its checkpoint", outcome_name="preempted",
                                  consume_retry=False, exit_code=code)
+        if self.gang is not None and not lost and self.last_phase == "done":
+            return self._done_despite(job, f"node 0's torchrun exited with code {code}")
         if lost:
             # Node 0's ranks failed because a peer node vanished: the node's loss is the cause, not the training.
             members = self.gang.round.members() if self.gang else {}
@@ -333,8 +343,11 @@ class Supervisor:
                 trouble = self.gang.trouble()
                 if trouble is not None:
                     what, kind = trouble
+                    self._ingest()  # the trainer may have said "done" since the top of this loop
                     log.warning("job %s: %s; stopping the gang", job.id, what, extra=self.log_extra)
                     code = self._stop(proc, job)
+                    if kind == "failed" and self.last_phase == "done":
+                        return self._done_despite(job, what)
                     if kind == "lost":
                         return self._node_lost(job, what, code)
                     if kind == "preempted":

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from jobs.settings import Settings
 from tests.chaos.conftest import attempts, faults, loss_steps, slow, spec, wait_step
@@ -49,15 +50,20 @@ def assert_finished(client: httpx.Client, job: dict[str, Any], steps: int, world
 
 
 def test_two_node_jobs_of_one_and_two_processes_succeed(services: Services) -> None:
+    """2 x 1 with DDP; 2 x 2 with FSDP2 as HSDP: replicated across the two nodes, sharded within each."""
     services.start_api()
     services.start_worker("node-a", **GANG_ENV)
     services.start_worker("node-b", **GANG_ENV)
     with services.client() as client:
-        for nproc in (1, 2):
-            job_id = client.post("/v1/jobs", json=gang_spec(8, nproc)).json()["id"]
+        for nproc, strategy in ((1, "ddp"), (2, "fsdp")):
+            body = gang_spec(8, nproc)
+            body["parallel"].update(strategy=strategy, **({"fsdp": {"hsdp": True}} if strategy == "fsdp" else {}))
+            job_id = client.post("/v1/jobs", json=body).json()["id"]
             job = services.wait_status(client, job_id, TERMINAL, timeout_s=120)
             assert_finished(client, job, 8, 2 * nproc)
             assert job["attempt"] == 1
+        rank_logs = "".join(p.read_text(errors="replace") for p in Path(job["run_dir"]).glob("logs/**/stderr.log"))
+        assert "FSDP2 mesh (2, 2) ('replicate', 'shard')" in rank_logs
 
 
 def test_one_worker_waits_with_the_reason_and_starts_when_a_second_joins(services: Services) -> None:
@@ -69,7 +75,7 @@ def test_one_worker_waits_with_the_reason_and_starts_when_a_second_joins(service
         detail = wait_until(lambda: (d := client.get(f"/v1/jobs/{job_id}").json())["waiting_reason"]
                             and "needs 2 workers" in d["waiting_reason"] and d, 20, what="the gang's waiting reason")
         assert detail["status"] == "queued" and detail["nodes_needed"] == 2 and detail["workers_free"] in (0, 1)
-        time.sleep(10)  # several assembly rounds fail meanwhile; the job stays queued, nothing of it runs
+        time.sleep(6)  # several assembly rounds fail meanwhile; the job stays queued, nothing of it runs
         still = client.get(f"/v1/jobs/{job_id}").json()
         assert still["status"] == "queued" and "needs 2 workers" in still["waiting_reason"], still["waiting_reason"]
         assert marked_processes(job_id) == []  # nothing of it ran on the lone worker
@@ -89,18 +95,21 @@ def test_two_gangs_and_two_workers_both_finish(services: Services) -> None:
             assert_finished(client, job, 6, 2)
 
 
-def test_killing_a_follower_worker_resumes_the_gang_elsewhere(services: Services, settings: Settings) -> None:
+@pytest.mark.parametrize("victim", ["follower", "leader"])
+def test_killing_a_node_worker_resumes_the_gang_elsewhere(services: Services, settings: Settings, victim: str) -> None:
+    """SIGKILL of one node's whole worker (a crashed container): the other node stops too (node 0 sees the
+    follower's heartbeat expire, or a follower sees node 0's), and a new gang resumes from the checkpoint."""
     services.start_api()
     workers = {name: services.start_worker(name, **GANG_ENV, **faults(slow(0.2))) for name in ("node-a", "node-b")}
     with services.client() as client:
-        job_id = client.post("/v1/jobs", json=gang_spec(30)).json()["id"]
-        running = wait_step(services, client, job_id, 8)
+        job_id = client.post("/v1/jobs", json=gang_spec(24)).json()["id"]
+        running = wait_step(services, client, job_id, 7)
         leader = running["worker_id"]
-        follower = next(name for name in workers if name != leader)
-        services.kill_worker(workers[follower], whole=True)
+        doomed = leader if victim == "leader" else next(name for name in workers if name != leader)
+        services.kill_worker(workers[doomed], whole=True)
         services.start_worker("rescuer", **GANG_ENV)
         job = services.wait_status(client, job_id, TERMINAL, timeout_s=150)
-        assert_finished(client, job, 30, 2)
+        assert_finished(client, job, 24, 2)
         assert job["attempt"] == 2
     tries = attempts(settings, job_id)
     assert [a.outcome for a in tries] == ["lost", "succeeded"]
