@@ -48,6 +48,8 @@ class JobOut(BaseModel):
     waiting_reason: str | None = Field(
         None, description="Why a queued job has not started, e.g. '3 jobs ahead in queue default' (job detail only).",
     )
+    nodes_needed: int | None = Field(None, description="A queued multi-node job: workers it needs at once (job detail only).")
+    workers_free: int | None = Field(None, description="A queued multi-node job: idle workers serving its queue now (job detail only).")
     attempts: list[AttemptOut] = Field(default_factory=list, description="Whole-job attempts, oldest first (job detail only).")
     transitions: list[TransitionOut] = Field(default_factory=list, description="Status history, oldest first (job detail only).")
 
@@ -64,7 +66,7 @@ class JobOut(BaseModel):
     @classmethod
     def detail(cls, d: service.JobDetail) -> JobOut:
         return cls.of(
-            d.job, d.queue_position, waiting_reason=d.waiting_reason,
+            d.job, d.queue_position, waiting_reason=d.waiting_reason, nodes_needed=d.nodes_needed, workers_free=d.workers_free,
             attempts=[AttemptOut.model_validate(a, from_attributes=True) for a in d.attempts],
             transitions=[TransitionOut.model_validate(t, from_attributes=True) for t in d.transitions],
         )

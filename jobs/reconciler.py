@@ -64,7 +64,7 @@ def _recover_expired_leases(session: Session, redis: Redis, report: Report, max_
                 transition(session, job.id, Status.CANCELLED, expect=[Status.CANCELLING], reason=f"cancelled; {lost}",
                            values={"attempt": Job.attempt + 1})
                 report.cancelled.append(job.id)
-            elif _losses(session, job.id) <= max_worker_losses:
+            elif worker_losses(session, job.id) <= max_worker_losses:
                 fresh = transition(session, job.id, Status.QUEUED, expect=[Status.RUNNING], reason=f"{lost}; requeued",
                                    values={**_lost_values(lost), "max_attempts": Job.max_attempts + 1})
                 queue.enqueue(redis, fresh)
@@ -83,7 +83,8 @@ def _lost_values(message: str) -> dict[str, object]:
             "lease_expires_at": None, "attempt": Job.attempt + 1}
 
 
-def _losses(session: Session, job_id: str) -> int:
+def worker_losses(session: Session, job_id: str) -> int:
+    """Attempts of the job that ended with a lost worker (or, for a multi-node job, a lost node)."""
     query = sa.select(sa.func.count()).select_from(Attempt).where(Attempt.job_id == job_id, Attempt.outcome == "lost")
     return session.exec(query).scalar_one()  # type: ignore[call-overload]
 

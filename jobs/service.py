@@ -18,7 +18,7 @@ from rq import Queue, Worker
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session
 
-from jobs import artifacts, limits, queue
+from jobs import artifacts, gang, limits, queue
 from jobs.models import Attempt, Checkpoint, IdempotencyKey, Job, MetricPoint, Status, Transition
 from jobs.settings import Settings
 from jobs.states import TransitionRefused, transition
@@ -260,6 +260,20 @@ def waiting_reason(session: Session, redis: Redis, job: Job, settings: Settings,
     running = limits.count(session, job.owner, (Status.RUNNING.value, Status.CANCELLING.value))
     if running >= settings.max_running_per_owner:
         return f"over the owner's running-job cap: {running} running, the cap is {settings.max_running_per_owner}"
+    nodes = gang.nnodes(job.spec)
+    if nodes > 1:
+        free = sum(1 for w in workers if w.get_state() != "busy")
+        needs = f"needs {nodes} workers at once; {free} of {len(workers)} serving queue {job.queue} free"
+        try:
+            if gang.assembling(redis, job.id, job.attempt):
+                return f"{needs}; assembling its gang now"
+        except RedisError:
+            pass
+        if len(workers) < nodes:
+            return f"{needs}; starts when {nodes - len(workers)} more join"
+        if position:
+            return f"{needs}; {position} job{'s' if position != 1 else ''} ahead"
+        return needs
     if position is None:
         return f"not in queue {job.queue} yet; the reconciler enqueues it again"
     if position > 0:
@@ -276,13 +290,22 @@ class JobDetail:
     waiting_reason: str | None
     attempts: list[Attempt]
     transitions: list[Transition]
+    nodes_needed: int | None = None  # multi-node jobs while queued: workers the gang needs at once
+    workers_free: int | None = None  # and idle workers serving its queue now
 
 
 def job_detail(session: Session, redis: Redis, settings: Settings, owner: str, job_id: str) -> JobDetail:
     job = get_job(session, owner, job_id)
     position = queue.queue_position(redis, job) if job.status == Status.QUEUED.value else None
+    nodes_needed = workers_free = None
+    if job.status == Status.QUEUED.value and gang.nnodes(job.spec) > 1:
+        nodes_needed = gang.nnodes(job.spec)
+        try:
+            workers_free = gang.capacity(redis, job.queue)[0]
+        except RedisError:
+            workers_free = None
     return JobDetail(job, position, waiting_reason(session, redis, job, settings, position),
-                     attempts(session, job_id), transitions(session, job_id))
+                     attempts(session, job_id), transitions(session, job_id), nodes_needed, workers_free)
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,14 @@ class Settings(BaseSettings):
     ingest_batch: int = Field(500, ge=1)
     max_worker_losses: int = Field(3, ge=0, description="Lost workers a job survives (requeued, no retry spent) before it fails.")
 
+    # Multi-node jobs (worker/gang.py, docs/multinode.md).
+    worker_host: str | None = Field(
+        None, description="Address other workers reach this one at (rendezvous endpoint of the gangs it leads); "
+                          "default: this host name's address.")
+    gang_assemble_timeout_s: float = Field(60.0, gt=0, description="How long a gang leader holds its worker waiting "
+                                                                   "for the other nodes before it lets go and requeues.")
+    gang_join_timeout_s: float = Field(60.0, gt=0, description="torchrun's c10d rendezvous join timeout on every node.")
+
     # HTTP API limits and streaming (api/).
     max_request_bytes: int = Field(1_048_576, ge=1024, description="Request bodies above this many bytes answer 413.")
     max_queued_per_owner: int = Field(1000, ge=1, description="Queued jobs one owner may have; more submissions answer 429.")

@@ -24,6 +24,9 @@ import psutil
 log = logging.getLogger(__name__)
 
 JOB_MARK = "TORCHYARD_JOB_ID"
+# Set on a multi-node job's processes: when several nodes share one host (tests, or two workers on
+# one machine) stopping one node must not kill another node's ranks.
+NODE_MARK = "TORCHYARD_NODE_RANK"
 _PR_SET_PDEATHSIG = 1
 
 
@@ -51,26 +54,28 @@ def spawn(cmd: list[str], env: dict[str, str], cwd: Path, log_path: Path) -> sub
         )
 
 
-def marked_processes(job_id: str) -> list[psutil.Process]:
-    """Every live process whose environment carries this job's mark."""
-    needle = f"{JOB_MARK}={job_id}".encode()
+def marked_processes(job_id: str, node: int | None = None) -> list[psutil.Process]:
+    """Every live process whose environment carries this job's mark (and ``node``'s, when given)."""
+    needles = {f"{JOB_MARK}={job_id}".encode()}
+    if node is not None:
+        needles.add(f"{NODE_MARK}={node}".encode())
     found = []
     for proc in psutil.process_iter():
         try:
             with open(f"/proc/{proc.pid}/environ", "rb") as f:
-                if needle in f.read().split(b"\0"):
+                if needles <= set(f.read().split(b"\0")):
                     found.append(proc)
         except (OSError, psutil.Error):
             continue
     return found
 
 
-def kill_marked(job_id: str, timeout_s: float = 15.0) -> int:
+def kill_marked(job_id: str, timeout_s: float = 15.0, node: int | None = None) -> int:
     """SIGKILL every process of the job until none is left (a dying torchrun may still be
     starting ranks while we look). Returns how many were killed."""
     killed = 0
     deadline = time.monotonic() + timeout_s
-    while procs := marked_processes(job_id):
+    while procs := marked_processes(job_id, node):
         for proc in procs:
             with contextlib.suppress(psutil.Error):
                 proc.kill()
@@ -82,7 +87,8 @@ def kill_marked(job_id: str, timeout_s: float = 15.0) -> int:
     return killed
 
 
-def stop(proc: subprocess.Popen[bytes], job_id: str, grace_s: float, on_wait: Callable[[], None] | None = None) -> int | None:
+def stop(proc: subprocess.Popen[bytes], job_id: str, grace_s: float, on_wait: Callable[[], None] | None = None,
+         node: int | None = None) -> int | None:
     """SIGTERM torchrun, wait up to ``grace_s`` (calling ``on_wait`` meanwhile, e.g. to keep
     ingesting events), then SIGKILL whatever of the job is left. Returns torchrun's exit code."""
     if proc.poll() is None:
@@ -93,7 +99,7 @@ def stop(proc: subprocess.Popen[bytes], job_id: str, grace_s: float, on_wait: Ca
             if on_wait:
                 on_wait()
             time.sleep(0.2)
-    kill_marked(job_id)
+    kill_marked(job_id, node=node)
     try:
         return proc.wait(timeout=10)
     except subprocess.TimeoutExpired:

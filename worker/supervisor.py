@@ -28,16 +28,19 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session
 
+from jobs import gang as gang_keys
 from jobs import queue
 from jobs.db import get_engine
 from jobs.ingest import ingest_events
 from jobs.limits import running_cap_reached
 from jobs.models import Attempt, ErrorType, Job, Status, utcnow
+from jobs.reconciler import worker_losses
 from jobs.settings import Settings, get_settings
 from jobs.states import TransitionRefused, transition
 from trainer.spec import AnySpec, SpecError, spec_from_dict
 from worker import outcome, processes
-from worker.launch import ERROR_FILE, SPEC_FILE, torchrun_command, torchrun_env
+from worker.gang import Leader, advertised_host, free_port, node_launch
+from worker.launch import ERROR_FILE, SPEC_FILE, NodeLaunch, torchrun_command, torchrun_env
 from worker.tail import EventTail
 
 log = logging.getLogger(__name__)
@@ -78,6 +81,9 @@ class Supervisor:
         self.log_extra = {"job_id": job_id}
         self.last_phase: str | None = None
         self.preempt_requested = False
+        # Set for a multi-node job once its gang assembled: this supervisor is node 0, the leader.
+        self.gang: Leader | None = None
+        self.node: int | None = None
 
     # ------------------------------------------------------------ lifecycle
 
@@ -86,18 +92,117 @@ class Supervisor:
             # Left queued in SQL and gone from Redis: the reconciler offers it again after a lease TTL.
             log.info("job %s: owner is at the running-job cap; held back", self.job_id, extra=self.log_extra)
             return "held back: owner's running-job cap"
-        try:
-            job = self._claim()
-        except TransitionRefused as exc:
-            log.info("job %s: not started (%s)", self.job_id, exc, extra=self.log_extra)
-            return f"skipped: {exc}"
         # The worker process forwards SIGTERM (docker stop, node drain) to this work horse.
         previous = signal.signal(signal.SIGTERM, self._on_sigterm)
         try:
+            nnodes = self._nnodes()
+            if nnodes > 1:
+                verdict = self._assemble(nnodes)
+                if verdict is not None:
+                    return verdict
+            try:
+                job = self._claim()
+            except TransitionRefused as exc:
+                log.info("job %s: not started (%s)", self.job_id, exc, extra=self.log_extra)
+                if self.gang is not None:
+                    self.gang.abort()
+                return f"skipped: {exc}"
             return self._run_attempt(job)
         finally:
             signal.signal(signal.SIGTERM, previous)
             self.session.close()
+
+    # ------------------------------------------------------------ gang (multi-node jobs, worker/gang.py)
+
+    def _nnodes(self) -> int:
+        job = self.session.get(Job, self.job_id)
+        self.session.commit()
+        return gang_keys.nnodes(job.spec) if job is not None else 1
+
+    def _queued_job(self) -> Job | None:
+        job = self.session.get(Job, self.job_id, populate_existing=True)
+        self.session.commit()
+        if job is None or job.status != Status.QUEUED.value or job.attempt != self.rq_attempt:
+            return None
+        return job
+
+    def _assemble(self, nnodes: int) -> str | None:
+        """Recruit nnodes - 1 followers before the claim; a verdict when this task ends here instead."""
+        job = self._queued_job()
+        if job is None:
+            return "skipped: not queued at this attempt"
+        leader = Leader(self.redis, self.settings, job, nnodes, self.worker_id)
+        held = gang_keys.held_key(job.id, job.attempt)
+        self.redis.set(held, self.worker_id, px=leader.lock_ms + 10_000)
+        try:
+            if not leader.lock():
+                holder = leader.lock_holder() or ""
+                if holder.startswith(f"{job.id}:a{job.attempt}:"):
+                    return "skipped: a duplicate of this job is assembling its gang"
+                log.info("job %s: another gang is assembling (%s); offered again", job.id, holder, extra=self.log_extra)
+                self._reoffer(job, held)
+                # Not a hot loop: this worker takes the next task a moment later, perhaps a follower of that gang.
+                time.sleep(1.0)
+                return "re-offered: another gang is assembling"
+            wanted = lambda: not self.preempt_requested and self._queued_job() is not None  # noqa: E731
+            if leader.assemble(wanted):
+                self.gang, self.node = leader, 0
+                return None
+            if self._queued_job() is not None:
+                log.info("job %s: %d of %d nodes joined in %ss; offered again", job.id, len(leader.round.members()), nnodes,
+                         self.settings.gang_assemble_timeout_s, extra=self.log_extra)
+                self._reoffer(job, held)
+            return "re-offered: gang did not assemble"
+        finally:
+            self.redis.delete(held)
+
+    def _reoffer(self, job: Job, held: str) -> None:
+        self.redis.delete(held)
+        if not queue.is_waiting(self.redis, job):  # a duplicate entry already waits: one is enough
+            queue.reoffer(self.redis, job)
+
+    def _gang_stop(self) -> None:
+        if self.gang is not None:
+            self.gang.stop()
+
+    def _gang_settle(self, job: Job) -> list[int]:
+        """Stop waiting for the followers once each reported its exit or stopped heart-beating; the lost ones."""
+        if self.gang is None:
+            return []
+
+        def keep_lease() -> None:
+            with contextlib.suppress(SQLAlchemyError):
+                self._heartbeat(job.attempt)
+
+        return self.gang.settle(self.settings.stop_grace_s + self.settings.lease_ttl_s + 5, on_wait=keep_lease)
+
+    def _gang_failure(self, run_dir: Path, attempt: int) -> outcome.Failure | None:
+        """The first follower that exited with an error, as its own error file and launcher log tell it."""
+        if self.gang is None:
+            return None
+        for rank, code in sorted(self.gang.round.exits().items()):
+            if code not in (0, None):
+                found = outcome.failure(code, run_dir / f"error-node-{rank}.json",
+                                        run_dir / "logs" / f"attempt-{attempt}" / f"launcher-node-{rank}.log")
+                return outcome.Failure(found.type, f"node {rank}: {found.message}", found.traceback, code, found.log_tail, found.rank)
+        return None
+
+    def _done_despite(self, job: Job, what: str) -> str:
+        """Training finished: the trainer's "done" comes after the last step and the final checkpoint, both
+        collective, so every rank got there. A rank that crashes after that, while tearing down (seen on
+        CPU: a gloo rank aborting at interpreter exit once its peers on another node are gone), loses nothing."""
+        log.warning("job %s: %s after training finished; the job succeeded", job.id, what, extra=self.log_extra)
+        return self._finish(job, Status.SUCCEEDED, reason=f"training done; {what} while shutting down",
+                            outcome="succeeded", exit_code=0)
+
+    def _node_lost(self, job: Job, what: str, code: int | None) -> str:
+        """A follower's worker vanished: like a lost worker, requeued without spending a retry, up to max_worker_losses."""
+        error = outcome.Failure(ErrorType.WORKER_LOST, what, None, code)
+        if worker_losses(self.session, job.id) < self.settings.max_worker_losses:
+            return self._requeue(job, reason=f"{what}; requeued", outcome_name="lost", consume_retry=False,
+                                 exit_code=code, error=error)
+        return self._fail_or_retry(job, outcome.Failure(
+            ErrorType.WORKER_LOST, f"{what}; {self.settings.max_worker_losses} workers lost already", None, code), retry=False)
 
     def _on_sigterm(self, signum: int, _frame: FrameType | None) -> None:
         log.warning("job %s: worker is stopping; preempting the attempt", self.job_id, extra=self.log_extra)
@@ -138,20 +243,35 @@ class Supervisor:
         self._prepare(job, spec, run_dir)
         launcher_log = run_dir / "logs" / f"attempt-{job.attempt}" / LAUNCHER_LOG
         self.tail = EventTail(run_dir / "events.jsonl")
+        node: NodeLaunch | None = None
+        if self.gang is not None:
+            host = advertised_host(self.settings)
+            node = node_launch(self.settings, job.id, job.attempt, spec.parallel.nnodes, 0, f"{host}:{free_port(host)}")
         try:
-            command = torchrun_command(spec, run_dir, job.attempt, self.settings)
+            command = torchrun_command(spec, run_dir, job.attempt, self.settings, node=node)
         except SpecError as exc:
             # The code root changed under an accepted job: nothing outside it may run, and retrying cannot help.
+            if self.gang is not None:
+                self.gang.abort()
             return self._fail_or_retry(job, outcome.Failure(ErrorType.SPEC, str(exc), None, None), retry=False)
-        env = torchrun_env(job.id, job.attempt, run_dir, self.settings, spec, resume_from=job.resume_from)
+        env = torchrun_env(job.id, job.attempt, run_dir, self.settings, spec, resume_from=job.resume_from, node=node)
         proc = processes.spawn(command, env, cwd=run_dir, log_path=launcher_log)
+        if self.gang is not None and node is not None:
+            # spec.json is written and the job row says running: the followers may start.
+            self.gang.go(node.endpoint)
+            log.info("job %s attempt %d: gang of %d starts at %s", job.id, job.attempt, node.nnodes, node.endpoint,
+                     extra=self.log_extra)
         log.info("job %s attempt %d: torchrun pid %d", job.id, job.attempt, proc.pid, extra=self.log_extra)
         verdict = self._watch(job, spec, proc)
         if verdict is not None:
             return verdict
 
         code = proc.returncode
-        processes.kill_marked(job.id)  # strays such as data-loader workers orphaned by a dead rank
+        processes.kill_marked(job.id, node=self.node)  # strays such as data-loader workers orphaned by a dead rank
+        if code != 0:
+            self._gang_stop()  # node 0 failed: no follower may run on alone
+        lost = self._gang_settle(job)
+        self._gang_stop()  # whatever did not finish by now stops
         self._ingest()
         if self._status() == Status.CANCELLING:
             return self._finish(job, Status.CANCELLED, reason="cancelled by user", outcome="cancelled")
@@ -160,7 +280,17 @@ class Supervisor:
         if outcome.was_preempted(code, self.last_phase):
             return self._requeue(job, reason="preempted; resumes from its checkpoint", outcome_name="preempted",
                                  consume_retry=False, exit_code=code)
-        return self._fail_or_retry(job, outcome.failure(code, run_dir / ERROR_FILE, launcher_log))
+        if self.gang is not None and not lost and self.last_phase == "done":
+            return self._done_despite(job, f"node 0's torchrun exited with code {code}")
+        if lost:
+            # Node 0's ranks failed because a peer node vanished: the node's loss is the cause, not the training.
+            members = self.gang.round.members() if self.gang else {}
+            what = ", ".join(f"node {r} (worker {members.get(r)})" for r in lost) + " lost"
+            return self._node_lost(job, what, code)
+        failure = outcome.failure(code, run_dir / ERROR_FILE, launcher_log)
+        if failure.traceback is None:
+            failure = self._gang_failure(run_dir, job.attempt) or failure
+        return self._fail_or_retry(job, failure)
 
     def _watch(self, job: Job, spec: AnySpec, proc: subprocess.Popen[bytes]) -> str | None:
         """Loop until torchrun exits (None) or the attempt is ended here (the verdict)."""
@@ -175,7 +305,8 @@ class Supervisor:
                 if now >= clock.next_heartbeat:
                     if not self._heartbeat(job.attempt):
                         # The reconciler gave the job to someone else: no process of ours may write on.
-                        processes.kill_marked(job.id)
+                        self._gang_stop()
+                        processes.kill_marked(job.id, node=self.node)
                         proc.wait()
                         return "lost ownership"
                     clock.last_heartbeat_ok, clock.next_heartbeat = now, now + ttl / 3
@@ -185,7 +316,8 @@ class Supervisor:
                 self.session.rollback()
                 if now - clock.last_heartbeat_ok > ttl * 0.8:
                     # Our lease is about to lapse and someone may take the job over: stop writing first.
-                    processes.kill_marked(job.id)
+                    self._gang_stop()
+                    processes.kill_marked(job.id, node=self.node)
                     proc.wait()
                     return "lost ownership (database unreachable)"
                 time.sleep(self.settings.poll_interval_s)
@@ -206,6 +338,23 @@ class Supervisor:
                 code = self._stop(proc, job)
                 return self._fail_or_retry(job, outcome.Failure(
                     ErrorType.STALLED, f"stalled: no progress from rank 0 for {spec.stall_timeout_s}s", None, code))
+            if self.gang is not None:
+                self.gang.round.beat(0)
+                trouble = self.gang.trouble()
+                if trouble is not None:
+                    what, kind = trouble
+                    self._ingest()  # the trainer may have said "done" since the top of this loop
+                    log.warning("job %s: %s; stopping the gang", job.id, what, extra=self.log_extra)
+                    code = self._stop(proc, job)
+                    if kind == "failed" and self.last_phase == "done":
+                        return self._done_despite(job, what)
+                    if kind == "lost":
+                        return self._node_lost(job, what, code)
+                    if kind == "preempted":
+                        return self._requeue(job, reason=f"{what}; resumes from its checkpoint", outcome_name="preempted",
+                                             consume_retry=False, exit_code=code)
+                    failure = self._gang_failure(Path(job.run_dir or ""), job.attempt)
+                    return self._fail_or_retry(job, failure or outcome.Failure(ErrorType.TRAINING, what, None, code))
             time.sleep(self.settings.poll_interval_s)
         return None
 
@@ -214,11 +363,16 @@ class Supervisor:
     def _stop(self, proc: subprocess.Popen[bytes], job: Job) -> int | None:
         def keep_lease() -> None:
             # The grace period can outlast the lease; without heartbeats a reconciler would take the job mid-stop.
+            if self.gang is not None:
+                self.gang.round.beat(0)  # and the followers would take node 0 for dead
             self._ingest()
             with contextlib.suppress(SQLAlchemyError):
                 self._heartbeat(job.attempt)
 
-        code = processes.stop(proc, job.id, self.settings.stop_grace_s, on_wait=keep_lease)
+        # Every node gets its stop at about the same time: a checkpoint on SIGTERM is a collective.
+        self._gang_stop()
+        code = processes.stop(proc, job.id, self.settings.stop_grace_s, on_wait=keep_lease, node=self.node)
+        self._gang_settle(job)
         self._ingest()
         return code
 

@@ -1,0 +1,134 @@
+"""Multi-node jobs: several local workers stand in for nodes (gloo on the CPU, shared run directory).
+
+A gang assembles only when every node has a worker, one gang at a time, and a gang that cannot
+assemble lets its workers go (docs/multinode.md).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from jobs.settings import Settings
+from tests.chaos.conftest import attempts, faults, loss_steps, slow, spec, wait_step
+from tests.helpers import Services, wait_until
+from worker.processes import marked_processes
+
+TERMINAL = {"succeeded", "failed", "cancelled"}
+# Short rounds so a gang that cannot assemble lets go quickly; every node on this one host.
+GANG_ENV = {"TORCHYARD_WORKER_HOST": "127.0.0.1", "TORCHYARD_GANG_ASSEMBLE_TIMEOUT_S": "4",
+            "TORCHYARD_GANG_JOIN_TIMEOUT_S": "30"}
+
+
+def gang_spec(steps: int, nproc: int = 1, **overrides: Any) -> dict[str, Any]:
+    body = spec(steps, **overrides)
+    body["parallel"] = {"strategy": "ddp", "nnodes": 2, "nproc_per_node": nproc}
+    body["train"]["global_batch_size"] = 32
+    return body
+
+
+def world_sizes(job: dict[str, Any]) -> set[int]:
+    """World sizes the trainer reported in its starting/training status events."""
+    sizes = set()
+    for line in (Path(job["run_dir"]) / "events.jsonl").read_text().splitlines():
+        event = json.loads(line)
+        if event.get("type") == "status" and "world_size" in event:
+            sizes.add(event["world_size"])
+    return sizes
+
+
+def assert_finished(client: httpx.Client, job: dict[str, Any], steps: int, world: int) -> None:
+    assert job["status"] == "succeeded", job["error"]
+    assert loss_steps(client, job["id"]) == list(range(1, steps + 1))  # continuous, each step once
+    assert world_sizes(job) == {world}
+    wait_until(lambda: marked_processes(job["id"]) == [], 15, what="no process of the job left")
+
+
+def test_two_node_jobs_of_one_and_two_processes_succeed(services: Services) -> None:
+    """2 x 1 with DDP; 2 x 2 with FSDP2 as HSDP: replicated across the two nodes, sharded within each."""
+    services.start_api()
+    services.start_worker("node-a", **GANG_ENV)
+    services.start_worker("node-b", **GANG_ENV)
+    with services.client() as client:
+        for nproc, strategy in ((1, "ddp"), (2, "fsdp")):
+            body = gang_spec(8, nproc)
+            body["parallel"].update(strategy=strategy, **({"fsdp": {"hsdp": True}} if strategy == "fsdp" else {}))
+            job_id = client.post("/v1/jobs", json=body).json()["id"]
+            job = services.wait_status(client, job_id, TERMINAL, timeout_s=120)
+            assert_finished(client, job, 8, 2 * nproc)
+            assert job["attempt"] == 1
+        rank_logs = "".join(p.read_text(errors="replace") for p in Path(job["run_dir"]).glob("logs/**/stderr.log"))
+        assert "FSDP2 mesh (2, 2) ('replicate', 'shard')" in rank_logs
+
+
+def test_one_worker_waits_with_the_reason_and_starts_when_a_second_joins(services: Services) -> None:
+    services.start_api()
+    services.start_worker("alone", **GANG_ENV)
+    with services.client() as client:
+        job_id = client.post("/v1/jobs", json=gang_spec(6)).json()["id"]
+        # Long enough for at least two assembly rounds to fail and the job to be offered again.
+        detail = wait_until(lambda: (d := client.get(f"/v1/jobs/{job_id}").json())["waiting_reason"]
+                            and "needs 2 workers" in d["waiting_reason"] and d, 20, what="the gang's waiting reason")
+        assert detail["status"] == "queued" and detail["nodes_needed"] == 2 and detail["workers_free"] in (0, 1)
+        time.sleep(6)  # several assembly rounds fail meanwhile; the job stays queued, nothing of it runs
+        still = client.get(f"/v1/jobs/{job_id}").json()
+        assert still["status"] == "queued" and "needs 2 workers" in still["waiting_reason"], still["waiting_reason"]
+        assert marked_processes(job_id) == []  # nothing of it ran on the lone worker
+        services.start_worker("second", **GANG_ENV)
+        job = services.wait_status(client, job_id, TERMINAL, timeout_s=120)
+        assert_finished(client, job, 6, 2)
+
+
+def test_two_gangs_and_two_workers_both_finish(services: Services) -> None:
+    services.start_api()
+    services.start_worker("node-a", **GANG_ENV)
+    services.start_worker("node-b", **GANG_ENV)
+    with services.client() as client:
+        ids = [client.post("/v1/jobs", json=gang_spec(6)).json()["id"] for _ in range(2)]
+        for job_id in ids:
+            job = services.wait_status(client, job_id, TERMINAL, timeout_s=150)
+            assert_finished(client, job, 6, 2)
+
+
+@pytest.mark.parametrize("victim", ["follower", "leader"])
+def test_killing_a_node_worker_resumes_the_gang_elsewhere(services: Services, settings: Settings, victim: str) -> None:
+    """SIGKILL of one node's whole worker (a crashed container): the other node stops too (node 0 sees the
+    follower's heartbeat expire, or a follower sees node 0's), and a new gang resumes from the checkpoint."""
+    services.start_api()
+    workers = {name: services.start_worker(name, **GANG_ENV, **faults(slow(0.2))) for name in ("node-a", "node-b")}
+    with services.client() as client:
+        job_id = client.post("/v1/jobs", json=gang_spec(24)).json()["id"]
+        running = wait_step(services, client, job_id, 7)
+        leader = running["worker_id"]
+        doomed = leader if victim == "leader" else next(name for name in workers if name != leader)
+        services.kill_worker(workers[doomed], whole=True)
+        services.start_worker("rescuer", **GANG_ENV)
+        job = services.wait_status(client, job_id, TERMINAL, timeout_s=150)
+        assert_finished(client, job, 24, 2)
+        assert job["attempt"] == 2
+    tries = attempts(settings, job_id)
+    assert [a.outcome for a in tries] == ["lost", "succeeded"]
+    assert tries[1].resumed_from_step is not None and tries[1].resumed_from_step >= 5
+
+
+def test_cancel_and_timeout_stop_every_node(services: Services) -> None:
+    services.start_api()
+    for name in ("node-a", "node-b"):
+        services.start_worker(name, **GANG_ENV, **faults(slow(0.3)))
+    with services.client() as client:
+        cancelled = client.post("/v1/jobs", json=gang_spec(100)).json()["id"]
+        wait_step(services, client, cancelled, 3)
+        assert client.post(f"/v1/jobs/{cancelled}/cancel").status_code == 200
+        job = services.wait_status(client, cancelled, TERMINAL, timeout_s=60)
+        assert job["status"] == "cancelled"
+        wait_until(lambda: marked_processes(cancelled) == [], 15, what="every node of the cancelled job to stop")
+
+        timed = client.post("/v1/jobs", json=gang_spec(100, timeout_s=12)).json()["id"]
+        job = services.wait_status(client, timed, TERMINAL, timeout_s=90)
+        assert job["status"] == "failed" and job["error"]["type"] == "timeout", job["error"]
+        wait_until(lambda: marked_processes(timed) == [], 15, what="every node of the timed-out job to stop")
