@@ -17,6 +17,10 @@ test:
 lint:
 	$(PYTHON) -m ruff check .
 
+# Every benchmark, side by side; prints a table, writes bench/results/*.json and docs/BENCHMARKS.md.
+bench:
+	$(PYTHON) -m bench
+
 # The dashboard's browser test: Debian's Chromium and playwright-core (never a downloaded browser).
 install-browser:
 	command -v chromium >/dev/null || (apt-get update && apt-get install -y chromium)

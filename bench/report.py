@@ -1,0 +1,151 @@
+"""Turn the suites' results into rows, then into a console table and docs/BENCHMARKS.md."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+Row = tuple[str, str, str, str]  # (benchmark, measurement, figure, ratio / note)
+
+
+def _n(x: float, digits: int = 0) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "n/a"
+    return f"{x:,.{digits}f}"
+
+
+def _r(x: float) -> str:
+    return "n/a" if x is None or math.isnan(x) else f"{x:.3f}"
+
+
+def _ratio_range(t: dict[str, Any], k: str) -> str:
+    """The median paired ratio with the lowest and highest round's, e.g. ``0.98 [0.91-1.04]``."""
+    lo_hi = t.get("ratio_ranges", {}).get(k)
+    value = t["ratios"][k]
+    return f"{_r(value)} [{_r(lo_hi[0])}-{_r(lo_hi[1])}]" if lo_hi else _r(value)
+
+
+def rows(results: dict[str, Any]) -> list[Row]:
+    out: list[Row] = []
+    if t := results.get("throughput"):
+        s, r = t["summary"], t["ratios"]
+
+        def rr(k: str, t: dict[str, Any] = t) -> str:
+            return _ratio_range(t, k)
+        names = {"handwritten_tutorial": "(a) hand-written DDP, tutorial (DataLoader)",
+                 "handwritten_tuned": "(a') hand-written DDP, tuned (index gather, bucket view)",
+                 "trainer": "(b) torchrun -m trainer", "api_job": "(c) job through API + worker"}
+        for key, label in names.items():
+            note = {"trainer": f"b/a {rr('trainer/handwritten_tutorial')}, b/a' {rr('trainer/handwritten_tuned')}",
+                    "api_job": f"c/a {rr('api_job/handwritten_tutorial')}, c/a' {rr('api_job/handwritten_tuned')}, "
+                               f"c/b {rr('api_job/trainer')}; supervisor "
+                               f"{_n(100 * s[key].get('supervisor_cpu_share', float('nan')), 1)}% of a core"}.get(key, "")
+            first = s[key]["first_step_s"]
+            first_label = "from POST" if key == "api_job" else "from launch"
+            out.append(("1 training throughput", label,
+                        f"{_n(s[key]['samples_per_s'])} samples/s; first step {_n(first, 2)} s {first_label}", note))
+    if f := results.get("fsdp"):
+        s, r = f["summary"], f["ratios"]
+        for k in ("ddp", "fsdp"):
+            out.append(("2 FSDP2 vs DDP", f"{k.upper()} (2 ranks, {f['config']['model']}, {f['config']['params'] / 1e6:.1f}M params)",
+                        f"{_n(s[k]['samples_per_s'])} samples/s; params+optim {_n(s[k]['param_optim_mib_per_rank'], 1)} MiB/rank; "
+                        f"peak RSS {_n(s[k]['peak_rss_mib_per_rank'])} MiB/rank", ""))
+        out.append(("2 FSDP2 vs DDP", "FSDP2 / DDP", f"samples/s {_r(r['fsdp/ddp samples_per_s'])}",
+                    f"params+optim/rank {_r(r['fsdp/ddp param+optim bytes per rank'])}; "
+                    f"peak RSS/rank {_r(r['fsdp/ddp peak RSS per rank'])}"))
+    if d := results.get("dispatch"):
+        s = d["summary"]
+        for key, label in (("post_response_s", "POST answered"), ("post_to_running_s", "POST -> running"),
+                           ("post_to_first_step_s", "POST -> first step written by rank 0"),
+                           ("post_to_first_metric_in_sql_s", "POST -> first metric in SQL (GET shows it)"),
+                           ("torchrun_alone_to_first_step_s", "torchrun -m trainer alone: launch -> first step")):
+            out.append(("3 dispatch latency", label, f"median {_n(s[key]['median'] * 1e3)} ms, p95 {_n(s[key]['p95'] * 1e3)} ms",
+                        f"{d['config']['jobs']} jobs, poll {d['config']['poll_interval_s']} s" if key == "post_to_running_s" else ""))
+        out.append(("3 dispatch latency", "POST -> first step / torchrun alone", _r(next(iter(d["ratios"].values()))), "medians"))
+    if a := results.get("api"):
+        for db, res in a["results"].items():
+            for m, label in (("get", "GET /v1/jobs/{id}"), ("post", "POST /v1/jobs")):
+                x = res[m]
+                bad = sum(n for c, n in x["codes"].items() if not c.startswith("2"))
+                out.append(("4 API, 50 clients", f"{label} on {db}",
+                            f"{_n(x['rps'])} req/s; p50 {_n(x['p50_ms'], 1)} ms, p99 {_n(x['p99_ms'], 1)} ms",
+                            f"{bad} non-2xx" if bad else ""))
+        for k, v in a.get("ratios", {}).items():
+            out.append(("4 API, 50 clients", k, _r(v), ""))
+    if i := results.get("ingest"):
+        for db, res in i["results"].items():
+            out.append(("5 metrics ingestion", f"events.jsonl -> {db}",
+                        f"{_n(res['points_per_s'])} points/s catch-up; {_n(res['live_call_ms_median'], 2)} ms per live poll", ""))
+    if p := results.get("reporting"):
+        ms, r = p["step_ms"], p["ratios"]
+        for mode, label in (("trainer_every_10", "every 10 steps (the default)"), ("trainer_every_1", "every step")):
+            out.append(("5 rank-0 reporting cost", f"step time, metrics {label} vs none",
+                        f"{_n(ms[mode], 2)} ms vs {_n(ms['none'], 2)} ms", f"samples/s ratio {_r(r[mode + '/none samples_per_s'])}"))
+        out.append(("5 rank-0 reporting cost", "one report (all-reduce, host sync, JSON line)", f"{_n(p['per_report_ms'], 2)} ms",
+                    "from the two cadences"))
+    if c := results.get("checkpoint"):
+        runs = c["runs"]
+        for v in ("sync", "async"):
+            out.append(("6 checkpoints", f"{v} save, {c['config']['params'] / 1e6:.0f}M params, 2 ranks",
+                        f"blocked {_n(runs[v]['blocked_median_s'], 2)} s per save; "
+                        f"wall added {_n(runs[v]['added_wall_per_save_s'], 2)} s per save",
+                        f"save call {_n(runs[v].get('save_call_median_s', float('nan')), 2)} s; "
+                        f"step {_n(runs[v]['step_time_s'], 2)} s (none: {_n(runs['none']['step_time_s'], 2)} s)"))
+        out.append(("6 checkpoints", "async / sync blocked", _r(c["ratios"]["async/sync blocked"]), ""))
+    return out
+
+
+def print_table(table: list[Row]) -> None:
+    try:
+        from rich.console import Console
+        from rich.table import Table
+    except ImportError:  # plain text when Rich is missing
+        for r in table:
+            print(" | ".join(r))  # noqa: T201 - the benchmark's output is its UI
+        return
+    t = Table(title="torchyard benchmarks", show_lines=False)
+    for col in ("benchmark", "measurement", "figure", "ratio / note"):
+        t.add_column(col)
+    for r in table:
+        t.add_row(*r)
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=200)  # a log file or pipe: do not wrap the table at 80 columns
+    console.print(t)
+
+
+def markdown_table(table: list[Row]) -> str:
+    lines = ["| benchmark | measurement | figure | ratio / note |", "|---|---|---|---|"]
+    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in table]
+    return "\n".join(lines)
+
+
+BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
+
+
+def update_doc(path: Path, command: str, machine: dict[str, Any], table: list[Row], results_file: str, elapsed_s: float) -> None:
+    """Rewrite the generated block of docs/BENCHMARKS.md, keeping the hand-written text around it."""
+    m = machine
+    block = "\n".join([
+        BEGIN,
+        f"Generated by `{command}` on {m['date']} in {elapsed_s / 60:.1f} minutes.",
+        "",
+        f"Machine: {m['nproc']} CPUs ({m['cpu']}), {m['mem_gib']} GiB RAM, "
+        f"{'GPU ' + m['gpu'] if m['gpu'] else 'no GPU (all figures on the CPU, gloo)'}; torch {m['torch']}, "
+        f"Python {m['python']}; load average at start {', '.join(f'{x:.1f}' for x in m['load_avg_start'])} "
+        "(the machine is shared: read the ratios, which pair both sides in the same run).",
+        "",
+        markdown_table(table),
+        "",
+        f"Raw figures: `{results_file}` (git-ignored; every run writes its own).",
+        END,
+    ])
+    text = path.read_text() if path.exists() else f"# Benchmarks\n\n{BEGIN}\n{END}\n"
+    if BEGIN in text and END in text:
+        head, rest = text.split(BEGIN, 1)
+        tail = rest.split(END, 1)[1]
+        text = head + block + tail
+    else:
+        text = text.rstrip() + "\n\n" + block + "\n"
+    path.write_text(text)
