@@ -56,9 +56,14 @@ def main(argv: list[str] | None = None) -> int:
 
     rank = distributed.init_distributed(spec.parallel.device)
     try:
-        return engine.run(spec, args.run_dir, rank, limits.data_dir)
-    finally:
-        distributed.shutdown()
+        code = engine.run(spec, args.run_dir, rank, limits.data_dir)
+    except BaseException:
+        distributed.shutdown()  # peers may be gone: no barrier
+        raise
+    # Every rank reaches here before any tears its groups down: a rank that destroyed its gloo
+    # pairs while a peer still used them made that peer abort ("terminate called ...") after 'done'.
+    distributed.shutdown(barrier=True)
+    return code
 
 
 if __name__ == "__main__":

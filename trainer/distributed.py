@@ -111,6 +111,8 @@ def init_distributed(requested_device: str = "auto", timeout_s: float = 1800.0) 
     return info
 
 
-def shutdown() -> None:
+def shutdown(barrier: bool = False) -> None:
     if dist.is_initialized():
+        if barrier and dist.get_world_size() > 1:
+            dist.barrier()
         dist.destroy_process_group()
