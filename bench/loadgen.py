@@ -22,14 +22,7 @@ from pathlib import Path
 
 import httpx
 
-
-def _pct(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    s = sorted(values)
-    k = (len(s) - 1) * q / 100
-    lo, hi = int(k), min(int(k) + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+from bench.common import pct
 
 
 async def _client(client: httpx.AsyncClient, args: argparse.Namespace, ids: list[str], body: dict, start: float, end: float,
@@ -66,7 +59,7 @@ async def run(args: argparse.Namespace) -> dict:
         await asyncio.gather(*(_client(client, args, ids, body, start, end, lat, codes) for _ in range(args.concurrency)))
     ok = sum(n for c, n in codes.items() if c.startswith("2"))
     return {"mode": args.mode, "concurrency": args.concurrency, "duration_s": args.duration, "requests": len(lat), "ok": ok,
-            "rps": ok / args.duration, "p50_ms": _pct(lat, 50), "p90_ms": _pct(lat, 90), "p99_ms": _pct(lat, 99),
+            "rps": ok / args.duration, "p50_ms": pct(lat, 50), "p90_ms": pct(lat, 90), "p99_ms": pct(lat, 99),
             "codes": dict(codes)}
 
 
