@@ -245,16 +245,14 @@ class Stack:
         try:
             # Benchmarks submit thousands of jobs; the per-owner queued cap would answer 429.
             extra = {"TORCHYARD_MAX_QUEUED_PER_OWNER": "100000000", "TORCHYARD_MAX_RUNNING_PER_OWNER": "1000", **self.env}
-            self.services.api = self.services._spawn(["api", "--port", str(self.services.port), "--log-level", "warning"],
-                                                     "api", **extra)
-            from tests.helpers import wait_until
-
-            wait_until(self.services._api_ready, 60, what="the API")
+            self.services.start_api(timeout_s=60, **extra)
             for _ in range(self.n_workers):
                 self.services.start_worker(**extra)
             if self.n_workers:
                 from redis import Redis
                 from rq import Worker
+
+                from tests.helpers import wait_until
 
                 conn = Redis.from_url(self.redis.url)
                 wait_until(lambda: Worker.count(connection=conn) >= self.n_workers, 60, what="the workers")

@@ -53,6 +53,21 @@ def wait_until(predicate: Callable[[], Any], timeout_s: float, interval_s: float
         time.sleep(interval_s)
 
 
+def wait_for_api(proc: subprocess.Popen[bytes], url: str, log_path: Path, timeout_s: float = 60) -> None:
+    """Until ``url``/readyz answers 200; fails at once, with the log's tail, if the process exits first."""
+
+    def ready() -> bool:
+        if proc.poll() is not None:
+            tail = log_path.read_text(errors="replace")[-4000:] if log_path.exists() else ""
+            raise AssertionError(f"the api exited with {proc.returncode}:\n{tail}")
+        try:
+            return httpx.get(f"{url}/readyz", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    wait_until(ready, timeout_s, interval_s=0.3, what=f"{url}/readyz")
+
+
 class Services:
     """An API process and any number of worker processes sharing one Settings."""
 
@@ -71,18 +86,10 @@ class Services:
         return subprocess.Popen([sys.executable, "-m", *args], env=service_env(self.settings, **env), cwd=ROOT,
                                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
 
-    def start_api(self) -> Services:
-        self.api = self._spawn(["api", "--port", str(self.port), "--log-level", "warning"], "api")
-        wait_until(self._api_ready, 30, what="the API")
+    def start_api(self, timeout_s: float = 30, **env: str) -> Services:
+        self.api = self._spawn(["api", "--port", str(self.port), "--log-level", "warning"], "api", **env)
+        wait_for_api(self.api, self.url, self.logs / "api.log", timeout_s)
         return self
-
-    def _api_ready(self) -> bool:
-        if self.api and self.api.poll() is not None:
-            raise RuntimeError(f"API exited with {self.api.returncode}; see {self.logs / 'api.log'}")
-        try:
-            return httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return False
 
     def start_worker(self, name: str | None = None, **env: str) -> subprocess.Popen[bytes]:
         name = name or f"worker-{len(self.workers)}"

@@ -20,7 +20,7 @@ import pytest
 from stack.redis_server import free_port
 from tests.deploy.composefile import ROOT
 from tests.deploy.test_dockerfiles import API, _instructions
-from tests.helpers import wait_until
+from tests.helpers import wait_for_api
 
 pytestmark = pytest.mark.slow
 
@@ -87,15 +87,7 @@ def test_api_environment_without_torch_serves(tmp_path: Path, redis_url: str) ->
         api = subprocess.Popen([python, "-m", "api", "--host", "127.0.0.1", "--port", str(port)], env=env, cwd=home,
                                stdout=log_file, stderr=subprocess.STDOUT)
     try:
-        def ready() -> bool:
-            if api.poll() is not None:
-                raise AssertionError(f"the api exited with {api.returncode}:\n{log_path.read_text()[-4000:]}")
-            try:
-                return httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2).status_code == 200
-            except httpx.HTTPError:
-                return False
-
-        wait_until(ready, 60, interval_s=0.3, what="the api's /readyz")
+        wait_for_api(api, f"http://127.0.0.1:{port}", log_path)
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"Authorization": "Bearer image-token"}, timeout=30) as client:
             created = client.post("/v1/jobs", json=SPEC)
             assert created.status_code == 201, created.text

@@ -27,7 +27,7 @@ from stack.redis_server import free_port
 from tests.deploy import composefile
 from tests.deploy.composefile import ENV_EXAMPLE, ROOT
 from tests.deploy.test_dockerfiles import API, BLOCK_TORCH, _final_stage
-from tests.helpers import wait_until
+from tests.helpers import wait_for_api, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -150,15 +150,8 @@ def test_compose_api_and_worker_train_a_job(tmp_path: Path, database_url: str, r
         api.start(_api_command(api.spec["command"], port), _localize_env(api, database_url, redis_url), tmp_path / "api-home",
                   extra_pythonpath=str(no_torch))
 
-        def api_healthy() -> bool:
-            if api.proc and api.proc.poll() is not None:
-                raise AssertionError(f"the api exited with {api.proc.returncode}\n{api.tail()}")
-            try:
-                return httpx.get(f"{base}/readyz", timeout=2).status_code == 200
-            except httpx.HTTPError:
-                return False
-
-        wait_until(api_healthy, 60, interval_s=0.3, what="the api's /readyz")
+        assert api.proc is not None
+        wait_for_api(api.proc, base, api.logs)
         # The image's own HEALTHCHECK command, pointed at this port, is what compose's depends_on waits on.
         healthcheck = json.loads(next(a for op, a in _final_stage(API) if op == "HEALTHCHECK").split("CMD", 1)[1])
         healthcheck = [sys.executable if a == "python" else a.replace("127.0.0.1:8000/", f"127.0.0.1:{port}/") for a in healthcheck]
