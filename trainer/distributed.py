@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ctypes
 import datetime
 import logging
 import os
@@ -13,9 +12,10 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from trainer import pdeathsig
+
 log = logging.getLogger(__name__)
 
-_PR_SET_PDEATHSIG = 1
 
 
 @dataclass(frozen=True)
@@ -44,14 +44,8 @@ def set_parent_death_signal() -> None:
     torchrun starts each rank in its own session, so killing torchrun's process group does not
     reach the ranks; without this a killed torchrun would leave ranks holding GPUs.
     """
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
-            log.warning("prctl(PR_SET_PDEATHSIG) failed: errno %d", ctypes.get_errno())
-    except OSError as exc:  # no glibc (e.g. musl): nothing to do but say so
-        log.warning("cannot set parent-death signal: %s", exc)
+    if sys.platform.startswith("linux") and not pdeathsig.set_parent_death_signal(signal.SIGKILL):
+        log.warning("cannot set the parent-death signal (no glibc?): a killed torchrun may leave this rank running")
 
 
 def _pick_device(requested: str, local_rank: int) -> torch.device:

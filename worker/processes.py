@@ -10,7 +10,6 @@ process that carries the job's mark, wherever it sits in the tree.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import logging
 import os
 import signal
@@ -21,21 +20,19 @@ from pathlib import Path
 
 import psutil
 
+from trainer.pdeathsig import set_parent_death_signal
+
 log = logging.getLogger(__name__)
 
 JOB_MARK = "TORCHYARD_JOB_ID"
 # Set on a multi-node job's processes: when several nodes share one host (tests, or two workers on
 # one machine) stopping one node must not kill another node's ranks.
 NODE_MARK = "TORCHYARD_NODE_RANK"
-_PR_SET_PDEATHSIG = 1
 
 
 def _parent_death_signal(parent_pid: int, sig: int) -> Callable[[], None]:
     def preexec() -> None:
-        try:
-            libc = ctypes.CDLL("libc.so.6", use_errno=True)
-            libc.prctl(_PR_SET_PDEATHSIG, sig)
-        except OSError:
+        if not set_parent_death_signal(sig):
             return
         # The parent may have died between fork and prctl; then nobody would ever signal us.
         if os.getppid() != parent_pid:
