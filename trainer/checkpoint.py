@@ -9,7 +9,7 @@ Layout of ``RUN/checkpoints``::
       spec.json               the job spec the run was started with
       model.safetensors       consolidated weights (final checkpoint, and any saved with weights=True)
     latest                    text file naming the newest committed directory (replaced atomically)
-    .tmp-step_XXXXXXXX/       a save in progress; never read; removed on the next save
+    .tmp-step_<8 digits>/    a save in progress; never read; removed on the next save
 """
 
 from __future__ import annotations
