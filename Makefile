@@ -1,10 +1,31 @@
-# torchyard developer commands. torch is installed first, pinned, so pip never pulls a CUDA build.
+# torchyard developer commands.
 PYTHON ?= python3
+TORCH_VERSION := 2.13.0
+# Where torch's CPU build comes from. Public PyPI's Linux torch is the CUDA build (GBs of nvidia-*
+# wheels), so the PyTorch CPU index is added; a CUDA build: TORCH_INDEX_URL=https://download.pytorch.org/whl/cu128.
+TORCH_INDEX_URL ?= https://download.pytorch.org/whl/cpu
+# Debian packages of the browser test; apt-get through sudo unless already root.
+BROWSER_PACKAGES := chromium nodejs npm
+# Debian packages of the Slurm executor's tests (a private single-host Slurm the tests start themselves).
+SLURM_PACKAGES := slurmctld slurmd slurm-client munge
+APT_GET := $(if $(filter 0,$(shell id -u)),,sudo) apt-get
 
-.PHONY: install install-browser run test lint bench
+.PHONY: install install-browser install-slurm run test lint bench
 
+# torch first and pinned, so `pip install -e .` finds it satisfied and never pulls a CUDA build.
+# Where pip already resolves torch==$(TORCH_VERSION) to a CPU build (a local wheel, a mirror in the pip
+# configuration), pip is left as configured; otherwise TORCH_INDEX_URL is added as an extra index,
+# whose +cpu build sorts above PyPI's.
 install:
-	$(PYTHON) -m pip install torch==2.13.0
+	@if $(PYTHON) -m pip install --dry-run --no-deps --quiet --report - 'torch==$(TORCH_VERSION)' 2>/dev/null \
+	    | grep -q '"version": "$(TORCH_VERSION)+cpu"'; then \
+	  echo "torch==$(TORCH_VERSION) resolves to a CPU build as pip is configured"; \
+	  echo "$(PYTHON) -m pip install torch==$(TORCH_VERSION)"; \
+	  $(PYTHON) -m pip install 'torch==$(TORCH_VERSION)'; \
+	else \
+	  echo "$(PYTHON) -m pip install --extra-index-url $(TORCH_INDEX_URL) torch==$(TORCH_VERSION)"; \
+	  $(PYTHON) -m pip install --extra-index-url '$(TORCH_INDEX_URL)' 'torch==$(TORCH_VERSION)'; \
+	fi
 	$(PYTHON) -m pip install -e '.[dev]'
 
 run:
@@ -21,7 +42,16 @@ lint:
 bench:
 	$(PYTHON) -m bench
 
-# The dashboard's browser test: Debian's Chromium and playwright-core (never a downloaded browser).
+# The dashboard's browser test: Debian's Chromium, Node.js and npm, and playwright-core from the lock
+# (never a downloaded browser). All three or none: the test runs with all of them and is skipped
+# without Chromium, node or npm.
 install-browser:
-	command -v chromium >/dev/null || (apt-get update && apt-get install -y chromium)
+	command -v chromium >/dev/null && command -v node >/dev/null && command -v npm >/dev/null \
+	  || ($(APT_GET) update && $(APT_GET) install -y --no-install-recommends $(BROWSER_PACKAGES))
 	cd dashboard && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --no-audit --no-fund
+
+# The Slurm executor's tests: Debian's slurmctld, slurmd, client tools and munge. The tests configure and
+# start their own single-host cluster in a temporary directory, and are skipped without these binaries.
+install-slurm:
+	command -v slurmctld >/dev/null && command -v slurmd >/dev/null && command -v munged >/dev/null \
+	  || ($(APT_GET) update && $(APT_GET) install -y --no-install-recommends $(SLURM_PACKAGES))

@@ -20,7 +20,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     logconfig.configure(args.log_level, args.log_format or get_settings().log_format)
     uvicorn.run(
-        "api.app:create_app", factory=True, host=args.host, port=args.port, workers=args.workers,
+        "api.app:create_service_app", factory=True, host=args.host, port=args.port, workers=args.workers,
         log_level=args.log_level, proxy_headers=True,
         # Logging is ours (JSON lines with request ids); api.middleware writes one access line per request.
         log_config=None, access_log=False,

@@ -12,12 +12,14 @@ import dashboard
 from api import errors
 from api.middleware import BodySizeLimit, RequestContext
 from api.observability import make_registry
-from api.routes import health, jobs, keys, streams
+from api.routes import code, health, jobs, keys, streams
+from api.stream_slots import StreamSlots
 from jobs import logconfig
 from jobs.db import get_engine, init_db
 from jobs.queue import redis_client
 from jobs.reconciler import ReconcilerLoop
 from jobs.settings import Settings, get_settings
+from trainer.pdeathsig import set_not_dumpable
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +51,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.engine = get_engine(settings.database_url)
     app.state.redis = redis_client(settings.redis_url)
+    app.state.stream_slots = StreamSlots(settings.max_streams_per_owner)
     registry, latency = make_registry(app.state.engine, app.state.redis)
     app.state.metrics_registry = registry
     errors.install(app)
@@ -56,8 +59,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(jobs.router)
     app.include_router(streams.router)
     app.include_router(keys.router)
+    code.install(app)
     dashboard.mount(app)
     # Outermost last: the size limit sees the raw body before anything reads it.
     app.add_middleware(RequestContext, latency=latency)
-    app.add_middleware(BodySizeLimit, limit=settings.max_request_bytes)
+    # Code bundles have a cap of their own (the route enforces it on the inflated archive; 1 MiB slack for gzip framing).
+    app.add_middleware(BodySizeLimit, limit=settings.max_request_bytes, overrides={
+        "/v1/code": (settings.max_code_bytes + (1 << 20), "TORCHYARD_MAX_CODE_BYTES")})
     return app
+
+
+def create_service_app() -> FastAPI:
+    """The app as ``python -m api`` serves it (uvicorn's factory, in every worker process it starts): the
+    process holds the database URL, the admin token and the secrets key, so it is closed to same-user
+    processes such as jobs first. Tests build apps in-process with ``create_app`` and keep theirs open."""
+    set_not_dumpable()
+    return create_app()

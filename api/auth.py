@@ -30,6 +30,10 @@ _bearer = HTTPBearer(
 class Principal:
     owner: str
     is_admin: bool
+    queues: tuple[str, ...] | None = None  # the key's queue allow-list; None: every queue of TORCHYARD_QUEUES
+
+    def queue_problem(self, queue: str) -> str | None:
+        return keys.queue_problem(list(self.queues) if self.queues is not None else None, queue)
 
 
 def hash_key(key: str) -> str:
@@ -45,8 +49,21 @@ def authenticate(token: str, settings: Settings, engine: Engine | None = None) -
         return None
     # A short session of its own: streaming routes must not hold a connection for the whole stream.
     with Session(engine) as session:
-        owner = keys.owner_of(session, token)
-    return Principal(owner=owner, is_admin=False) if owner else None
+        row = keys.live_key(session, token)
+    if row is None:
+        return None
+    return Principal(owner=row.owner, is_admin=False, queues=tuple(row.queues) if row.queues is not None else None)
+
+
+def still_authorized(request: Request, principal: Principal) -> bool:
+    """Whether the request's key still authenticates as ``principal``'s owner: long-lived streams ask at
+    every poll, so a revoked key's stream ends within one poll interval."""
+    credentials = request.headers.get("authorization", "")
+    scheme, _, token = credentials.partition(" ")
+    if scheme.lower() != "bearer" or not token:
+        return False
+    again = authenticate(token.strip(), request.app.state.settings, request.app.state.engine)
+    return again is not None and again.owner == principal.owner
 
 
 def current_principal(

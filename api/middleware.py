@@ -27,25 +27,27 @@ def problem_bytes(status: int, title: str, detail: str) -> bytes:
 
 
 class BodyTooLarge(HTTPException):
-    def __init__(self, limit: int):
-        super().__init__(413, f"request body is larger than {limit} bytes (TORCHYARD_MAX_REQUEST_BYTES)")
+    def __init__(self, limit: int, setting: str = "TORCHYARD_MAX_REQUEST_BYTES"):
+        super().__init__(413, f"request body is larger than {limit} bytes ({setting})")
 
 
 class BodySizeLimit:
     """413 for bodies over ``limit`` bytes: at once from Content-Length, else as soon as the
     streamed body passes the limit, so an oversized body is never read whole."""
 
-    def __init__(self, app: ASGIApp, limit: int):
-        self.app, self.limit = app, limit
+    def __init__(self, app: ASGIApp, limit: int, overrides: dict[str, tuple[int, str]] | None = None):
+        self.app, self.default_limit, self.overrides = app, limit, overrides or {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        # A path with a cap of its own (uploads), named by its setting.
+        limit, setting = self.overrides.get(scope["path"], (self.default_limit, "TORCHYARD_MAX_REQUEST_BYTES"))
         declared = dict(scope["headers"]).get(b"content-length")
-        if declared is not None and (not declared.isdigit() or int(declared) > self.limit):
+        if declared is not None and (not declared.isdigit() or int(declared) > limit):
             await _send_problem(send, 413 if declared.isdigit() else 400,
-                                BodyTooLarge(self.limit).detail if declared.isdigit() else "malformed Content-Length")
+                                BodyTooLarge(limit, setting).detail if declared.isdigit() else "malformed Content-Length")
             return
         received = 0
         started = False
@@ -55,9 +57,9 @@ class BodySizeLimit:
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
-                if received > self.limit:
+                if received > limit:
                     # An HTTPException: FastAPI turns it into the problem response, wherever the body is read.
-                    raise BodyTooLarge(self.limit)
+                    raise BodyTooLarge(limit, setting)
             return message
 
         async def tracking_send(message: Message) -> None:

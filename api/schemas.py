@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from jobs import service
 from jobs.models import ApiKey, Job, MetricPoint
@@ -14,7 +14,8 @@ from trainer.spec import NAME_PATTERN
 
 class JobError(BaseModel):
     type: str | None = Field(
-        description="spec_error, out_of_memory, training_error, user_code_error, timeout, worker_lost, preempted, stalled",
+        description="spec_error, out_of_memory, training_error, user_code_error, timeout, worker_lost, preempted, stalled, "
+                    "engine_cancelled",
     )
     message: str | None
     exit_code: int | None
@@ -30,7 +31,9 @@ class JobOut(BaseModel):
     status: str
     queue: str
     labels: dict[str, str]
-    spec: dict[str, Any]
+    spec: dict[str, Any] = Field(description="The spec as accepted, without secrets. In lists only a summary: kind, parallel, "
+                                             "train, model.name, data.name and data.args.samples.")
+    secrets: list[str] = Field(default_factory=list, description="Names of the job's secrets; their values are never returned.")
     attempt: int
     max_attempts: int
     retry_of: str | None = Field(None, description="The finished job this one retries.")
@@ -40,6 +43,8 @@ class JobOut(BaseModel):
     started_at: datetime | None
     finished_at: datetime | None
     worker_id: str | None
+    executor_id: str | None = Field(None, description="The running or last attempt's id in its executor: the Slurm job id; "
+                                                      "null under the local executor.")
     run_dir: str | None
     last_step: int | None
     latest_metrics: dict[str, float]
@@ -55,18 +60,27 @@ class JobOut(BaseModel):
 
     @classmethod
     def of(cls, job: Job, queue_position: int | None = None, **detail: Any) -> JobOut:
+        return cls._from_values(job.model_dump(), queue_position=queue_position, **detail)
+
+    @classmethod
+    def summary(cls, item: service.JobSummary) -> JobOut:
+        """A row of a job list: no full spec, no traceback or log tail (GET /v1/jobs/{id} has them)."""
+        return cls._from_values({**item.values, "spec": item.spec}, secrets=item.secret_names)
+
+    @classmethod
+    def _from_values(cls, data: dict[str, Any], **extra: Any) -> JobOut:
         error = None
-        if job.error_type or job.error_message or job.exit_code not in (None, 0):
-            error = JobError(type=job.error_type, message=job.error_message, exit_code=job.exit_code,
-                             traceback=job.error_traceback, log_tail=job.error_log_tail)
-        data = job.model_dump(exclude={"error_type", "error_message", "error_traceback", "error_log_tail", "exit_code",
-                                       "last_seq", "lease_expires_at"})
-        return cls(**data, error=error, queue_position=queue_position, **detail)
+        if data.get("error_type") or data.get("error_message") or data.get("exit_code") not in (None, 0):
+            error = JobError(type=data.get("error_type"), message=data.get("error_message"), exit_code=data.get("exit_code"),
+                             traceback=data.get("error_traceback"), log_tail=data.get("error_log_tail"))
+        hidden = {"error_type", "error_message", "error_traceback", "error_log_tail", "exit_code", "last_seq", "lease_expires_at"}
+        return cls(**{k: v for k, v in data.items() if k not in hidden}, error=error, **extra)
 
     @classmethod
     def detail(cls, d: service.JobDetail) -> JobOut:
         return cls.of(
             d.job, d.queue_position, waiting_reason=d.waiting_reason, nodes_needed=d.nodes_needed, workers_free=d.workers_free,
+            secrets=d.secret_names,
             attempts=[AttemptOut.model_validate(a, from_attributes=True) for a in d.attempts],
             transitions=[TransitionOut.model_validate(t, from_attributes=True) for t in d.transitions],
         )
@@ -75,6 +89,7 @@ class JobOut(BaseModel):
 class AttemptOut(BaseModel):
     attempt: int
     worker_id: str | None
+    executor_id: str | None = Field(None, description="The Slurm job id of this attempt; null under the local executor.")
     started_at: datetime
     finished_at: datetime | None
     outcome: str | None = Field(description="succeeded, failed, cancelled, preempted; null while it runs.")
@@ -147,6 +162,10 @@ class KeyCreate(BaseModel):
 
     owner: str = Field(..., pattern=NAME_PATTERN, description="Tenant the key acts for; every job it submits belongs to it.")
     name: str = Field(..., min_length=1, max_length=128, description="What the key is for, e.g. 'ci' or 'alice laptop'.")
+    queues: list[Annotated[str, StringConstraints(pattern=NAME_PATTERN)]] | None = Field(
+        None, max_length=64,
+        description="Queues the key may submit to, each one of TORCHYARD_QUEUES; omitted or null: all of them.",
+    )
 
 
 class KeyOut(BaseModel):
@@ -155,10 +174,12 @@ class KeyOut(BaseModel):
     name: str
     created_at: datetime
     revoked_at: datetime | None
+    queues: list[str] | None = Field(None, description="Queues the key may submit to; null: all of them.")
 
     @classmethod
     def of(cls, row: ApiKey) -> KeyOut:
-        return cls(id=row.id, owner=row.owner, name=row.name, created_at=row.created_at, revoked_at=row.revoked_at)
+        return cls(id=row.id, owner=row.owner, name=row.name, created_at=row.created_at, revoked_at=row.revoked_at,
+                   queues=row.queues)
 
 
 class KeyCreated(KeyOut):
@@ -215,8 +236,13 @@ class EndEventData(BaseModel):
     status: str = Field(description="The job's terminal status.")
 
 
+class ReconnectEventData(BaseModel):
+    reason: str = Field(description="Why the server ends the stream; reconnect with this message's id as Last-Event-ID.")
+
+
 SSE_PAYLOADS: dict[str, type[BaseModel]] = {
     "status": StatusEventData, "metric": MetricEventData, "checkpoint": CheckpointEventData, "end": EndEventData,
+    "reconnect": ReconnectEventData,
 }
 
 

@@ -93,6 +93,17 @@ def rows(results: dict[str, Any]) -> list[Row]:
                         f"save call {_n(runs[v].get('save_call_median_s', float('nan')), 2)} s; "
                         f"step {_n(runs[v]['step_time_s'], 2)} s (none: {_n(runs['none']['step_time_s'], 2)} s)"))
         out.append(("6 checkpoints", "async / sync blocked", _r(c["ratios"]["async/sync blocked"]), ""))
+    if k := results.get("code"):
+        for kind, u in k["upload"].items():
+            out.append(("7 your own code", f"50 MiB directory ({kind}), first submit --workdir",
+                        f"{_n(u['first_submit_upload_s'], 2)} s; {_n(u['sent_bytes'] / 2**20, 1)} MiB sent "
+                        f"of a {_n(u['archive_bytes'] / 2**20, 1)} MiB archive",
+                        f"pack {_n(u['pack_s'], 2)} s; unchanged again {_n(u['unchanged_again_s'], 2)} s (nothing sent)"))
+        s = k["post_to_first_step_s"]
+        for key, label in (("uncached", "requirements, environment built"), ("cached", "requirements, environment cached"),
+                           ("none", "no requirements")):
+            out.append(("7 your own code", f"script job POST -> first step, {label}", f"median {_n(s[key]['median'], 2)} s",
+                        f"{k['config']['rounds']} rounds, {k['config']['requirement']}" if key == "uncached" else ""))
     return out
 
 

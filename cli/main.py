@@ -17,6 +17,7 @@ Exit codes scripts can rely on:
 from __future__ import annotations
 
 import functools
+import importlib.metadata
 import json
 import os
 import sys
@@ -39,13 +40,19 @@ from client import (
     ConfigError,
     ConnectionFailed,
     Job,
+    JobPage,
     NotFound,
     TorchyardError,
     Unauthorized,
     load_config,
     load_spec,
 )
-from client.config import config_path
+from client.config import DEFAULT_URL, config_path, read_config_file
+
+try:
+    __version__ = importlib.metadata.version("torchyard")
+except importlib.metadata.PackageNotFoundError:  # run from a source tree that was never installed
+    __version__ = "unknown"
 
 EXIT_OK, EXIT_JOB_FAILED, EXIT_USAGE, EXIT_JOB_CANCELLED, EXIT_API, EXIT_UNREACHABLE, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 5, 130
 DEFAULT_METRICS = ("train/loss", "eval/loss", "eval/accuracy", "train/samples_per_s", "train/tokens_per_s", "train/lr", "train/grad_norm")
@@ -59,7 +66,7 @@ err = Console(stderr=True, highlight=False, width=_WIDTH)
 
 app = typer.Typer(
     name="torchyard", help="Submit, watch and manage PyTorch training jobs on a torchyard service.",
-    no_args_is_help=True, pretty_exceptions_enable=False, add_completion=False, context_settings={"help_option_names": ["-h", "--help"]},
+    no_args_is_help=True, pretty_exceptions_enable=False, add_completion=True, context_settings={"help_option_names": ["-h", "--help"]},
 )
 keys_app = typer.Typer(help="Manage API keys (needs the admin key).", no_args_is_help=True)
 app.add_typer(keys_app, name="keys")
@@ -121,13 +128,16 @@ def _dump(obj: Any) -> Any:
     return obj.model_dump(mode="json")
 
 
-def _follow_and_exit(client: Client, job: Job) -> None:
+def _follow_and_exit(client: Client, job: Job, as_json: bool = False) -> None:
     try:
-        final = follow(client, job, console)
+        final = client.wait(job.id) if as_json else follow(client, job, console)
     except KeyboardInterrupt:
         err.print(f"\ndetached; job {job.id} keeps running (`torchyard cancel {job.id}` stops it)")
         raise typer.Exit(EXIT_INTERRUPTED) from None
-    console.print(job_panel(final))
+    if as_json:
+        _echo_json(_dump(final))
+    else:
+        console.print(job_panel(final))
     raise typer.Exit(_JOB_EXIT.get(final.status, EXIT_JOB_FAILED))
 
 
@@ -157,9 +167,16 @@ def _apply_set(spec: dict[str, Any], assignments: dict[str, str]) -> None:
 # ---------------------------------------------------------------------------------------------- commands
 
 
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"torchyard {__version__}")
+        raise typer.Exit(EXIT_OK)
+
+
 @app.callback()
 def main(
     ctx: typer.Context,
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")] = False,
     url: Annotated[str | None, typer.Option("--url", envvar="TORCHYARD_URL", help="API URL.", show_default=False)] = None,
     key: Annotated[str | None, typer.Option("--key", envvar="TORCHYARD_API_KEY", help="API key.", show_default=False)] = None,
     config: Annotated[Path | None, typer.Option("--config", envvar="TORCHYARD_CONFIG", help="Config file (TOML).",
@@ -178,10 +195,13 @@ def submit(
     name: Annotated[str | None, typer.Option(help="Override the spec's name.")] = None,
     label: Annotated[list[str], typer.Option("--label", "-l", help="key=value; repeat.")] = [],  # noqa: B006
     set_: Annotated[list[str], typer.Option("--set", help="Override a spec field, e.g. train.lr=0.01; repeat.")] = [],  # noqa: B006
+    workdir: Annotated[Path | None, typer.Option(
+        "--workdir", "-w", help="Upload this directory (honouring .gitignore and .torchyardignore) and run the script job's "
+                                "entrypoint from it.", show_default=False)] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the job id.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the created job as JSON.")] = False,
 ) -> None:
-    """Submit a job spec; with --follow, watch it to the end."""
+    """Submit a job spec; with --workdir, your directory's code; with --follow, watch it to the end."""
     spec = load_spec(spec_file)
     if name:
         spec["name"] = name
@@ -189,8 +209,16 @@ def submit(
         spec["labels"] = {**(spec.get("labels") or {}), **_parse_pairs(label, "--label")}
     _apply_set(spec, _parse_pairs(set_, "--set"))
     client = _settings(ctx).client()
+    if workdir is not None:
+        if spec.get("kind") != "script":
+            raise _fail("--workdir runs a script job: the spec needs 'kind: script' and an entrypoint inside the directory", EXIT_USAGE)
+        bundle = client.upload_code(workdir)
+        spec["code"] = bundle.digest
+        if not (quiet or as_json):
+            sent = f"uploaded {bundle.size_bytes / 1e6:.1f} MB" if bundle.uploaded else "already on the server"
+            err.print(f"code {bundle.digest[:19]}... ({bundle.files} files, {sent})")
     job = client.submit(spec)
-    if as_json:
+    if as_json and not follow_:
         _echo_json(_dump(job))
     elif quiet:
         typer.echo(job.id)
@@ -198,15 +226,19 @@ def submit(
         where = f" at queue position {job.queue_position}" if job.queue_position is not None else ""
         console.print(f"submitted [bold]{job.id}[/] ({job.name}), {status_markup(job.status)}{where}")
     if follow_:
-        _follow_and_exit(client, job)
+        _follow_and_exit(client, job, as_json)
 
 
 @app.command()
 @handles_errors
-def watch(ctx: typer.Context, job_id: Annotated[str, typer.Argument(help="Job id.", show_default=False)]) -> None:
+def watch(
+    ctx: typer.Context,
+    job_id: Annotated[str, typer.Argument(help="Job id.", show_default=False)],
+    as_json: Annotated[bool, typer.Option("--json", help="No live view: wait, then print the finished job as JSON.")] = False,
+) -> None:
     """Follow a job's progress live to its end; exit 0/1/3 as it succeeds/fails/is cancelled."""
     client = _settings(ctx).client()
-    _follow_and_exit(client, client.job(job_id))
+    _follow_and_exit(client, client.job(job_id), as_json)
 
 
 @app.command("ls")
@@ -217,10 +249,16 @@ def list_jobs(
     name: Annotated[str | None, typer.Option(help="Exact job name.")] = None,
     label: Annotated[list[str], typer.Option("--label", "-l", help="key=value; repeat to require several.")] = [],  # noqa: B006
     limit: Annotated[int, typer.Option("--limit", "-n", min=1, max=500, help="How many, newest first.")] = 20,
+    all_: Annotated[bool, typer.Option("--all", "-a", help="Every matching job, fetched --limit at a time.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """List jobs, newest first."""
-    page = _settings(ctx).client().list_jobs(status=status or None, name=name, labels=_parse_pairs(label, "--label"), limit=limit)
+    client = _settings(ctx).client()
+    filters: dict[str, Any] = {"status": status or None, "name": name, "labels": _parse_pairs(label, "--label")}
+    if all_:
+        page = JobPage(items=list(client.iter_jobs(**filters, limit=limit)), next_cursor=None)
+    else:
+        page = client.list_jobs(**filters, limit=limit)
     if as_json:
         _echo_json({"items": _dump(page.items), "next_cursor": page.next_cursor})
         return
@@ -229,7 +267,7 @@ def list_jobs(
         return
     console.print(jobs_table(page.items))
     if page.next_cursor:
-        console.print(f"[dim]showing the newest {len(page.items)}; use --limit for more[/]")
+        console.print(f"[dim]showing the newest {len(page.items)}; --limit or --all for more[/]")
 
 
 @app.command()
@@ -254,14 +292,22 @@ def logs(
     ctx: typer.Context,
     job_id: Annotated[str, typer.Argument(help="Job id.", show_default=False)],
     follow_: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing until the job ends.")] = False,
-    rank: Annotated[int | None, typer.Option("--rank", "-r", min=0, help="Global rank; default: torchrun's launcher log.")] = None,
+    rank: Annotated[str | None, typer.Option(
+        "--rank", "-r", help="A global rank (its stdout and stderr as printed), or 'launcher' for torchrun's own log. "
+                             "Default: every rank, each line prefixed [rank N].", show_default=False)] = None,
     tail: Annotated[int | None, typer.Option("--tail", "-t", min=1, help="Only the last N lines.")] = None,
-    stdout: Annotated[bool, typer.Option("--stdout", help="The rank's stdout instead of its stderr (where the trainer logs).")] = False,
+    stdout: Annotated[bool, typer.Option("--stdout", help="With --rank: only what the rank wrote to stdout.")] = False,
+    stderr: Annotated[bool, typer.Option("--stderr", help="With --rank: only what the rank wrote to stderr.")] = False,
     attempt: Annotated[int | None, typer.Option(min=1, help="Attempt number; default: the current one.")] = None,
 ) -> None:
-    """Print a job's logs: torchrun's launcher log, or one rank's with --rank."""
+    """Print a job's logs as its ranks printed them: all ranks merged, one with --rank, or torchrun's with --rank launcher."""
+    if rank is not None and rank != "launcher" and not rank.isdigit():
+        raise _fail(f"--rank {rank!r}: give a rank number or 'launcher'", EXIT_USAGE)
+    if (stdout or stderr) and (rank is None or rank == "launcher"):
+        raise _fail("--stdout and --stderr need --rank N", EXIT_USAGE)
     client = _settings(ctx).client()
-    opts: dict[str, Any] = {"rank": rank, "tail": tail, "attempt": attempt, "stream": "stdout" if stdout else None}
+    opts: dict[str, Any] = {"rank": rank, "tail": tail, "attempt": attempt,
+                            "stream": "stdout" if stdout else "stderr" if stderr else None}
     try:
         if follow_:
             try:
@@ -321,9 +367,16 @@ def metrics(
 
 @app.command()
 @handles_errors
-def cancel(ctx: typer.Context, job_id: Annotated[str, typer.Argument(help="Job id.", show_default=False)]) -> None:
+def cancel(
+    ctx: typer.Context,
+    job_id: Annotated[str, typer.Argument(help="Job id.", show_default=False)],
+    as_json: Annotated[bool, typer.Option("--json", help="Print the job as JSON.")] = False,
+) -> None:
     """Cancel a queued or running job (a running one saves a checkpoint and stops)."""
     job = _settings(ctx).client().cancel(job_id)
+    if as_json:
+        _echo_json(_dump(job))
+        return
     console.print(f"{job.id}: {status_markup(job.status)}")
 
 
@@ -333,13 +386,68 @@ def retry(
     ctx: typer.Context,
     job_id: Annotated[str, typer.Argument(help="Job id.", show_default=False)],
     follow_: Annotated[bool, typer.Option("--follow", "-f", help="Show live progress to the end.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the new job as JSON (with --follow: once it finished).")] = False,
 ) -> None:
     """Run a finished job again as a new job, resuming from its latest checkpoint."""
     client = _settings(ctx).client()
     job = client.retry(job_id)
-    console.print(f"retried {job_id} as [bold]{job.id}[/] ({job.name}), {status_markup(job.status)}")
+    if as_json and not follow_:
+        _echo_json(_dump(job))
+    elif not as_json:
+        console.print(f"retried {job_id} as [bold]{job.id}[/] ({job.name}), {status_markup(job.status)}")
     if follow_:
-        _follow_and_exit(client, job)
+        _follow_and_exit(client, job, as_json)
+
+
+@app.command()
+@handles_errors
+def download(
+    ctx: typer.Context,
+    job_id: Annotated[str, typer.Argument(help="Job id.", show_default=False)],
+    step: Annotated[int | None, typer.Option("--step", min=0, help="That checkpoint's weights; default the latest that has them.",
+                                             show_default=False)] = None,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="File (or directory) to write; default the server's "
+                                                                       "file name in the current directory.", show_default=False)] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print where it went as JSON.")] = False,
+) -> None:
+    """Download a job's consolidated weights (a safetensors file)."""
+    path = _settings(ctx).client().download_weights(job_id, output, step=step)
+    if as_json:
+        _echo_json({"job_id": job_id, "step": step, "path": str(path), "size_bytes": path.stat().st_size})
+        return
+    console.print(f"wrote {escape(str(path))} ({path.stat().st_size / 1e6:.1f} MB)")
+
+
+@app.command()
+@handles_errors
+def login(
+    ctx: typer.Context,
+    url: Annotated[str | None, typer.Option("--url", help="API URL; asked for when not given.", show_default=False)] = None,
+    key: Annotated[str | None, typer.Option("--key", help="API key; asked for (hidden) when not given.", show_default=False)] = None,
+    verify: Annotated[bool, typer.Option(help="Check the key against the API before saving it.")] = True,
+    as_json: Annotated[bool, typer.Option("--json", help="Print what was saved (without the key) as JSON.")] = False,
+) -> None:
+    """Save the API URL and key to the config file the CLI and Client.from_config() read."""
+    opts = _settings(ctx)
+    path = opts.config or config_path()
+    saved = read_config_file(path)
+    url = url or opts.url or typer.prompt("API URL", default=str(saved.get("url") or DEFAULT_URL))
+    key = key or opts.key or typer.prompt("API key", hide_input=True)
+    url = url.rstrip("/")
+    if verify:
+        with Client(url, key) as client:
+            client.list_jobs(limit=1)  # Unauthorized or ConnectionFailed: nothing is written
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # the key is a secret: owner-only
+    with os.fdopen(fd, "w") as f:
+        # JSON string escapes are valid TOML basic-string escapes.
+        f.write(f"url = {json.dumps(url)}\napi_key = {json.dumps(key)}\n")
+    os.replace(tmp, path)
+    if as_json:
+        _echo_json({"config": str(path), "url": url, "verified": verify})
+        return
+    console.print(f"saved {escape(url)} and the key to {escape(str(path))}" + (" (key checked)" if verify else ""))
 
 
 @app.command()
@@ -364,10 +472,11 @@ def keys_create(
     ctx: typer.Context,
     owner: Annotated[str, typer.Option(help="Owner of the jobs submitted with this key.", show_default=False)],
     name: Annotated[str, typer.Option(help="What the key is for, e.g. 'ci' or 'alice-laptop'.", show_default=False)],
+    queue: Annotated[list[str], typer.Option("--queue", help="A queue the key may submit to; repeat. Default: all.")] = [],  # noqa: B006
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Create an API key; the secret is printed once."""
-    key = _settings(ctx).client().create_key(owner, name)
+    key = _settings(ctx).client().create_key(owner, name, queue or None)
     if as_json:
         _echo_json(_dump(key))
         return
@@ -396,7 +505,14 @@ def keys_list(ctx: typer.Context, as_json: Annotated[bool, typer.Option("--json"
 
 @keys_app.command("revoke")
 @handles_errors
-def keys_revoke(ctx: typer.Context, key_id: Annotated[str, typer.Argument(help="Key id.", show_default=False)]) -> None:
+def keys_revoke(
+    ctx: typer.Context,
+    key_id: Annotated[str, typer.Argument(help="Key id.", show_default=False)],
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
     """Revoke an API key; requests with it are refused from now on."""
     _settings(ctx).client().revoke_key(key_id)
+    if as_json:
+        _echo_json({"id": key_id, "revoked": True})
+        return
     console.print(f"revoked {key_id}")

@@ -89,6 +89,8 @@ def job_panel(job: Job, checkpoints: list[Checkpoint] | None = None) -> Panel:
     model = (job.spec.get("model") or {}).get("name", "-")
     data = (job.spec.get("data") or {}).get("name", "-")
     facts.add_row("spec", Text(f"{model} on {data}, {parallel.get('strategy', 'ddp')} x {parallel.get('nproc_per_node', 1)}"))
+    if job.secrets:
+        facts.add_row("secrets", Text(", ".join(job.secrets) + " (values never shown)"))
     facts.add_row("created", f"{job.created_at:%Y-%m-%d %H:%M:%S} ({fmt_age(job.created_at)})" if job.created_at else "-")
     facts.add_row("ran", duration(job))
     if job.worker_id:

@@ -27,6 +27,7 @@ from client.models import (
     ApiKey,
     Checkpoint,
     CheckpointEvent,
+    CodeBundle,
     EndEvent,
     Event,
     Job,
@@ -38,9 +39,11 @@ from client.models import (
     StatusEvent,
     expected_total_steps,
 )
+from client.pack import PackError, pack
 
 __all__ = [
-    "ACTIVE", "TERMINAL", "ApiError", "ApiKey", "Checkpoint", "CheckpointEvent", "Client", "ClientConfig", "ConfigError", "Conflict",
-    "ConnectionFailed", "EndEvent", "Event", "Forbidden", "InvalidRequest", "Job", "JobError", "JobPage", "MetricEvent", "MetricPoint",
-    "NotFound", "OtherEvent", "StatusEvent", "TorchyardError", "Unauthorized", "expected_total_steps", "load_config", "load_spec",
+    "ACTIVE", "TERMINAL", "ApiError", "ApiKey", "Checkpoint", "CheckpointEvent", "Client", "ClientConfig", "CodeBundle",
+    "ConfigError", "Conflict", "ConnectionFailed", "EndEvent", "Event", "Forbidden", "InvalidRequest", "Job", "JobError",
+    "JobPage", "MetricEvent", "MetricPoint", "NotFound", "OtherEvent", "PackError", "StatusEvent", "TorchyardError",
+    "Unauthorized", "expected_total_steps", "load_config", "load_spec", "pack",
 ]

@@ -19,6 +19,7 @@ from client.models import (
     ApiKey,
     Checkpoint,
     CheckpointEvent,
+    CodeBundle,
     EndEvent,
     Event,
     Job,
@@ -28,6 +29,7 @@ from client.models import (
     StatusEvent,
     parse_event,
 )
+from client.pack import pack
 from client.sse import parse_sse
 
 log = logging.getLogger(__name__)
@@ -102,10 +104,17 @@ class Client:
 
     # ------------------------------------------------------------------ jobs
 
-    def submit(self, spec: dict[str, Any] | str | Path, *, idempotency_key: str | None = None) -> Job:
+    def submit(self, spec: dict[str, Any] | str | Path, *, workdir: str | Path | None = None,
+               idempotency_key: str | None = None) -> Job:
         """Submit a spec (a dict, or the path of a YAML/JSON file). Raises InvalidRequest naming the
-        field when the spec cannot run."""
-        body = spec if isinstance(spec, dict) else load_spec(spec)
+        field when the spec cannot run. With ``workdir`` (a ``kind: script`` spec) the directory is
+        packed and uploaded first (once: an unchanged directory is not sent again) and the job runs
+        its entrypoint from there."""
+        body = dict(spec) if isinstance(spec, dict) else load_spec(spec)
+        if workdir is not None:
+            if body.get("kind") != "script":
+                raise TorchyardError("--workdir / workdir= needs a 'kind: script' spec (its entrypoint runs from the directory)")
+            body["code"] = self.upload_code(workdir).digest
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
         return Job.model_validate(self._json("POST", "/v1/jobs", json=body, headers=headers))
 
@@ -173,14 +182,15 @@ class Client:
     def checkpoints(self, job_id: str) -> list[Checkpoint]:
         return [Checkpoint.model_validate(c) for c in self._json("GET", f"/v1/jobs/{job_id}/checkpoints")["items"]]
 
-    def logs(self, job_id: str, *, rank: int | None = None, tail: int | None = None, stream: str | None = None,
+    def logs(self, job_id: str, *, rank: int | str | None = None, tail: int | None = None, stream: str | None = None,
              attempt: int | None = None) -> str:
-        """A log of the job's current (or given) attempt: torchrun's launcher log, or with ``rank`` that
-        rank's ``stream`` (stderr, where the trainer logs, or stdout)."""
+        """A log of the job's current (or given) attempt: every rank's output merged, each line prefixed
+        ``[rank N]``; with ``rank`` that rank's stdout and stderr as printed (or only ``stream``, "stdout"
+        or "stderr"); ``rank="launcher"`` for torchrun's own log."""
         params = _log_params(rank, tail, stream, attempt)
         return self._request("GET", f"/v1/jobs/{job_id}/logs", params=params, headers={"Accept": "text/plain"}).text
 
-    def follow_logs(self, job_id: str, *, rank: int | None = None, tail: int | None = None, stream: str | None = None,
+    def follow_logs(self, job_id: str, *, rank: int | str | None = None, tail: int | None = None, stream: str | None = None,
                     attempt: int | None = None) -> Iterator[str]:
         """Chunks of log text as they are written, until the attempt ends and the server closes the stream."""
         params = {**_log_params(rank, tail, stream, attempt), "follow": "true"}
@@ -194,14 +204,58 @@ class Client:
         except httpx.TransportError as exc:
             raise ConnectionFailed(f"log stream from {self.url} broke: {exc}") from exc
 
+    def download_weights(self, job_id: str, dest: str | Path | None = None, *, step: int | None = None) -> Path:
+        """Save the consolidated weights of the latest checkpoint that has them (or of ``step``) to ``dest``
+        (a file, or a directory to put the server's file name in; default the current directory)."""
+        path = f"/v1/jobs/{job_id}/weights" if step is None else f"/v1/jobs/{job_id}/checkpoints/{step}/weights"
+        try:
+            with self._http.stream("GET", path, headers={"Accept": "application/octet-stream"}) as response:
+                if response.is_error:
+                    response.read()
+                    raise error_from_response(response)
+                target = Path(dest) if dest is not None else Path.cwd()
+                if target.is_dir():
+                    target = target / (_attachment_name(response.headers.get("content-disposition")) or f"{job_id}.safetensors")
+                tmp = target.with_name(f".{target.name}.part")
+                with tmp.open("wb") as out:
+                    for block in response.iter_bytes(1 << 20):
+                        out.write(block)
+                tmp.replace(target)  # never a half-written file under the final name
+                return target
+        except httpx.TransportError as exc:
+            raise ConnectionFailed(f"download from {self.url} broke: {exc}") from exc
+
+    # ------------------------------------------------------------------ code bundles
+
+    def code_exists(self, digest: str) -> bool:
+        """Whether the server already has this bundle for this key's owner."""
+        try:
+            self._request("HEAD", f"/v1/code/{digest}")
+        except NotFound:
+            return False
+        return True
+
+    def upload_code(self, workdir: str | Path) -> CodeBundle:
+        """Pack ``workdir`` (honouring .gitignore and .torchyardignore, without .git) and upload it unless
+        the server already has the same archive; the bundle's ``digest`` goes in a spec's ``code``."""
+        with pack(workdir) as packed:
+            if self.code_exists(packed.digest):
+                return CodeBundle(digest=packed.digest, size_bytes=packed.size_bytes, files=packed.files, uploaded=False)
+            gzip = packed.compressible()
+            headers = {"Content-Type": "application/x-tar", **({"Content-Encoding": "gzip"} if gzip else {})}
+            response = self._request("POST", "/v1/code", params={"digest": packed.digest}, content=packed.chunks(gzip=gzip),
+                                     headers=headers, timeout=httpx.Timeout(self._http.timeout.connect, read=600.0, write=600.0))
+            return CodeBundle.model_validate({**response.json(), "uploaded": response.status_code == 201})
+
     # ------------------------------------------------------------------ live events
 
     def stream(self, job_id: str, *, last_event_id: str | None = None, poll_interval: float = 1.0) -> Iterator[Event]:
         """Live status, metric and checkpoint events of a job, ending with an EndEvent once it is terminal.
 
         Reads the SSE stream ``GET /v1/jobs/{id}/events`` and reopens it with ``Last-Event-ID`` when
-        the connection drops. A server without that endpoint is polled instead, yielding the same
-        event types, so callers never care which one they got."""
+        the connection drops or the server ends it at its maximum lifetime (a ``reconnect`` message).
+        A server without that endpoint is polled instead, yielding the same event types, so callers
+        never care which one they got."""
         try:
             yield from self._sse(job_id, last_event_id)
         except _NoEventsEndpoint:
@@ -226,10 +280,14 @@ class Client:
                     if response.is_error:
                         response.read()
                         raise error_from_response(response)
+                    reconnect = False
                     for raw in parse_sse(response.iter_lines()):
                         failures = 0
                         if raw.id is not None:
                             last_event_id = raw.id
+                        if raw.event == "reconnect":
+                            reconnect = True  # the stream reached its lifetime on the server: resume at once
+                            break
                         try:
                             data = json.loads(raw.data)
                         except ValueError:
@@ -245,6 +303,8 @@ class Client:
                     raise ConnectionFailed(f"event stream of job {job_id} keeps failing: {exc}") from exc
                 log.warning("event stream of job %s broke (%s); resuming after %s", job_id, exc, last_event_id)
                 time.sleep(min(0.5 * failures, 5.0))
+                continue
+            if reconnect:
                 continue
             # The server closed the stream without an end event (a restart, a proxy timeout): resume.
             failures += 1
@@ -293,9 +353,12 @@ class Client:
 
     # ------------------------------------------------------------------ keys (admin)
 
-    def create_key(self, owner: str, name: str) -> ApiKey:
-        """A new key for ``owner``; the secret is in ``.key`` and is shown only this once."""
-        return ApiKey.model_validate(self._json("POST", "/v1/keys", json={"owner": owner, "name": name}))
+    def create_key(self, owner: str, name: str, queues: list[str] | None = None) -> ApiKey:
+        """A new key for ``owner`` (limited to ``queues`` when given); the secret is in ``.key`` and is shown only this once."""
+        body: dict[str, Any] = {"owner": owner, "name": name}
+        if queues is not None:
+            body["queues"] = queues
+        return ApiKey.model_validate(self._json("POST", "/v1/keys", json=body))
 
     def list_keys(self) -> list[ApiKey]:
         body = self._json("GET", "/v1/keys")
@@ -310,7 +373,18 @@ class _NoEventsEndpoint(Exception):
     """The server predates GET /v1/jobs/{id}/events."""
 
 
-def _log_params(rank: int | None, tail: int | None, stream: str | None, attempt: int | None) -> dict[str, int | str]:
+def _attachment_name(disposition: str | None) -> str | None:
+    """The file name of a Content-Disposition header, without any directory part."""
+    if not disposition:
+        return None
+    for part in disposition.split(";"):
+        key, _, value = part.strip().partition("=")
+        if key.lower() == "filename" and value:
+            return Path(value.strip('"')).name or None
+    return None
+
+
+def _log_params(rank: int | str | None, tail: int | None, stream: str | None, attempt: int | None) -> dict[str, int | str]:
     given = {"rank": rank, "tail": tail, "stream": stream, "attempt": attempt}
     return {k: v for k, v in given.items() if v is not None}
 

@@ -37,6 +37,7 @@ class Job(_Model):
     queue: str | None = None
     labels: dict[str, str] = Field(default_factory=dict)
     spec: dict[str, Any] = Field(default_factory=dict)
+    secrets: list[str] = Field(default_factory=list)  # names only: the API never returns secret values
     attempt: int = 0
     max_attempts: int | None = None
     created_at: datetime | None = None
@@ -84,6 +85,16 @@ class Checkpoint(_Model):
     details: dict[str, Any] = Field(default_factory=dict)
 
 
+class CodeBundle(_Model):
+    """A stored code bundle (``POST /v1/code``); ``uploaded`` is False when the server already had it."""
+
+    digest: str
+    size_bytes: int
+    files: int
+    created_at: datetime | None = None
+    uploaded: bool = False
+
+
 class ApiKey(_Model):
     id: str
     owner: str
@@ -91,6 +102,7 @@ class ApiKey(_Model):
     key: str | None = Field(None, description="The secret; only present in the answer to create.")
     created_at: datetime | None = None
     revoked_at: datetime | None = None
+    queues: list[str] | None = Field(None, description="Queues the key may submit to; None: all of them.")
 
 
 # ------------------------------------------------------------------ events of GET /v1/jobs/{id}/events

@@ -1,7 +1,9 @@
 """Files of a run directory served by the API: rank logs, checkpoint sizes, weights files.
 
-Every path is resolved (symlinks included) and must stay under the job's run directory inside
-``TORCHYARD_RUNS_DIR``: an event or a symlink that points elsewhere serves nothing.
+What is served is opened once with ``open_under`` (no symlink followed at any component, regular
+files only) and then read from that open file alone: a symlink swapped in after the open, or a
+path an event names outside the run directory, serves nothing. Sizes of checkpoint trees are
+measured under the job's run directory inside ``TORCHYARD_RUNS_DIR`` without following symlinks.
 """
 
 from __future__ import annotations
@@ -9,8 +11,10 @@ from __future__ import annotations
 import logging
 import os
 import re
+import stat
 from collections.abc import Iterator
-from pathlib import Path
+from pathlib import Path, PurePosixPath
+from typing import BinaryIO
 
 from jobs.settings import Settings
 from trainer.spec import resolve_under
@@ -37,63 +41,135 @@ def safe_path(settings: Settings, job_id: str, relative: str) -> Path | None:
     return target
 
 
-def log_file(settings: Settings, job_id: str, attempt: int, rank: int | None, stream: str = "stderr") -> Path | None:
-    """The launcher log (rank None) or a rank's stdout/stderr of the newest torchrun restart; None when absent.
+def open_under(root: Path, relative: str) -> BinaryIO:
+    """Open the regular file ``root/relative`` for reading without following a symlink anywhere on the way.
+
+    Each directory is opened relative to its parent's descriptor with ``O_NOFOLLOW``, then the file
+    itself, so a symlink swapped in after a check cannot redirect the read: the caller serves from the
+    returned file, never from the path again. FIFOs, devices and directories are refused too (opened
+    non-blocking, so a FIFO cannot hang the caller). Raises FileNotFoundError for anything refused."""
+    parts = PurePosixPath(relative).parts
+    if not parts or "\x00" in relative or os.path.isabs(relative) or any(p in ("", ".", "..") for p in parts):
+        raise FileNotFoundError(relative)
+    no_follow = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(root, no_follow | os.O_DIRECTORY)
+    try:
+        for part in parts[:-1]:
+            child = os.open(part, no_follow | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = child
+        file_fd = os.open(parts[-1], no_follow | os.O_NONBLOCK, dir_fd=fd)
+    except OSError as exc:  # ELOOP (a symlink), ENOTDIR, ENOENT ...: all mean "not served"
+        raise FileNotFoundError(relative) from exc
+    finally:
+        os.close(fd)
+    if not stat.S_ISREG(os.fstat(file_fd).st_mode):
+        os.close(file_fd)
+        raise FileNotFoundError(relative)
+    os.set_blocking(file_fd, True)
+    return os.fdopen(file_fd, "rb")
+
+
+def open_file(settings: Settings, job_id: str, relative: str) -> BinaryIO:
+    """A file of the job's run directory, opened by ``open_under``; FileNotFoundError when it is missing or refused."""
+    return open_under(job_dir(settings, job_id), relative)
+
+
+def log_file(settings: Settings, job_id: str, attempt: int, rank: int | None, stream: str = "stderr") -> str | None:
+    """Where the launcher log (rank None) or a rank's stdout/stderr of the newest torchrun restart is, relative to
+    the run directory; None when absent. Only names are looked at here: open the result with ``open_file``, which
+    refuses a symlink anywhere on the way.
 
     torchrun ``--log-dir D --redirects=3`` writes ``D/<run id>/attempt_<restart>/<rank>/{stdout,stderr}.log``."""
     base = f"logs/attempt-{attempt}"
     if rank is None:
-        path = safe_path(settings, job_id, f"{base}/{LAUNCHER_LOG}")
-        return path if path is not None and path.is_file() else None
-    attempt_dir = safe_path(settings, job_id, base)
-    if attempt_dir is None or not attempt_dir.is_dir():
+        return f"{base}/{LAUNCHER_LOG}"
+    attempt_dir = job_dir(settings, job_id) / base
+    if attempt_dir.is_symlink() or not attempt_dir.is_dir():
         return None
     candidates = []
     for path in attempt_dir.glob(f"*/attempt_*/{rank}/{stream}.log"):
         restart = _RESTART.match(path.parent.parent.name)
-        if restart and path.is_file():
+        if restart:
+            try:
+                launched = path.parent.parent.parent.lstat().st_mtime
+            except FileNotFoundError:
+                continue
             # One torchrun run-id directory per launch (normally one per attempt): the newest launch,
             # then its highest restart.
-            candidates.append((path.parent.parent.parent.stat().st_mtime, int(restart.group(1)), path))
+            candidates.append((launched, int(restart.group(1)), path))
     if not candidates:
         return None
     path = max(candidates, key=lambda c: (c[0], c[1]))[2]
-    # Resolved again: a rank directory that is a symlink out of the run directory serves nothing.
-    return safe_path(settings, job_id, f"{base}/{path.relative_to(attempt_dir)}")
+    return f"{base}/{path.relative_to(attempt_dir).as_posix()}"
 
 
-def tail_offset(path: Path, lines: int) -> int:
-    """Byte offset where the last ``lines`` lines of the file start (reads backwards, never the whole file)."""
-    with path.open("rb") as f:
-        end = f.seek(0, os.SEEK_END)
-        pos, newlines = end, 0
-        # A trailing newline ends the last line; it does not start another one.
-        if end:
-            f.seek(end - 1)
-            if f.read(1) == b"\n":
-                newlines = -1
-        while pos > 0:
-            step = min(_CHUNK, pos)
-            pos -= step
-            f.seek(pos)
-            block = f.read(step)
-            for i in range(len(block) - 1, -1, -1):
-                if block[i] == 0x0A:
-                    newlines += 1
-                    if newlines == lines:
-                        return pos + i + 1
+def tail_offset(f: BinaryIO, lines: int, end: int) -> int:
+    """Byte offset where the last ``lines`` lines of the open file's first ``end`` bytes start.
+
+    Reads backwards in blocks and counts newlines with ``bytes.count``/``rfind``, never the whole file
+    and never byte by byte in Python."""
+    if end <= 0:
         return 0
+    f.seek(end - 1)
+    # A trailing newline ends the last line; it does not start another one.
+    wanted = lines + 1 if f.read(1) == b"\n" else lines
+    pos = end
+    while pos > 0:
+        step = min(_CHUNK, pos)
+        pos -= step
+        f.seek(pos)
+        block = f.read(step)
+        found = block.count(b"\n")
+        if found < wanted:
+            wanted -= found
+            continue
+        cut = len(block)
+        for _ in range(wanted):
+            cut = block.rfind(b"\n", 0, cut)
+        return pos + cut + 1
+    return 0
 
 
-def read_range(path: Path, start: int, end: int | None = None) -> bytes:
-    with path.open("rb") as f:
-        f.seek(start)
-        return f.read(-1 if end is None else max(0, end - start))
+def read_at(f: BinaryIO, start: int, size: int) -> bytes:
+    """Up to ``size`` bytes of the open file from ``start``."""
+    f.seek(start)
+    return f.read(size)
 
 
-def iter_range(path: Path, start: int, end: int) -> Iterator[bytes]:
-    """The bytes [start, end) in chunks; ``end`` is fixed up front so a growing file still sends what was promised."""
-    with path.open("rb") as f:
+class RangeNotSatisfiable(ValueError):
+    """A Range header no byte of the file satisfies (HTTP 416)."""
+
+    def __init__(self, size: int):
+        self.size = size
+        super().__init__(f"the requested range is outside the file's {size} bytes")
+
+
+_RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
+
+
+def byte_range(header: str | None, size: int) -> tuple[int, int] | None:
+    """The [start, end) a ``Range: bytes=...`` header asks of a file of ``size`` bytes; None for the whole
+    file (no header, or one this server answers in full: several ranges, other units, malformed).
+    Raises RangeNotSatisfiable when the range lies outside the file."""
+    match = _RANGE.match((header or "").strip())
+    if not match or match.groups() == ("", ""):
+        return None
+    first, last = match.groups()
+    if first == "":  # the last N bytes
+        start, end = max(0, size - int(last)), size
+    else:
+        start = int(first)
+        end = size if last == "" else min(size, int(last) + 1)
+    if start >= size or end <= start:
+        raise RangeNotSatisfiable(size)
+    return start, end
+
+
+def iter_file(f: BinaryIO, start: int, end: int) -> Iterator[bytes]:
+    """The bytes [start, end) of the open file in chunks, then closes it. ``end`` is fixed up front, so a
+    growing file still sends exactly what was promised."""
+    try:
         f.seek(start)
         left = end - start
         while left > 0:
@@ -102,6 +178,8 @@ def iter_range(path: Path, start: int, end: int) -> Iterator[bytes]:
                 return
             left -= len(block)
             yield block
+    finally:
+        f.close()
 
 
 def tree_size(path: Path) -> int | None:

@@ -31,11 +31,12 @@ def hash_key(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
 
 
-def create_key(session: Session, owner: str, name: str) -> tuple[ApiKey, str]:
-    """A new key for ``owner``; returns the row and the plain key, which is never stored or shown again."""
+def create_key(session: Session, owner: str, name: str, queues: list[str] | None = None) -> tuple[ApiKey, str]:
+    """A new key for ``owner``, limited to ``queues`` when given; returns the row and the plain key,
+    which is never stored or shown again."""
     key_id = secrets.token_hex(_ID_HEX // 2)
     plain = f"{PREFIX}{key_id}_{secrets.token_urlsafe(32)}"
-    row = ApiKey(id=key_id, owner=owner, name=name, key_hash=hash_key(plain))
+    row = ApiKey(id=key_id, owner=owner, name=name, key_hash=hash_key(plain), queues=sorted(set(queues)) if queues is not None else None)
     session.add(row)
     session.commit()
     session.refresh(row)
@@ -69,12 +70,25 @@ def _key_id(plain: str) -> str | None:
     return key_id if sep and len(key_id) == _ID_HEX else None
 
 
-def owner_of(session: Session, plain: str) -> str | None:
-    """The owner of a live key, or None for an unknown, wrong or revoked one."""
+def live_key(session: Session, plain: str) -> ApiKey | None:
+    """The row of a live key, or None for an unknown, wrong or revoked one."""
     key_id = _key_id(plain)
-    row = session.get(ApiKey, key_id) if key_id else None
+    row = session.get(ApiKey, key_id, populate_existing=True) if key_id else None
     stored = row.key_hash if row is not None else _DUMMY_HASH
     matches = hmac.compare_digest(hash_key(plain), stored)
     if row is None or not matches or row.revoked_at is not None:
         return None
-    return row.owner
+    return row
+
+
+def owner_of(session: Session, plain: str) -> str | None:
+    """The owner of a live key, or None for an unknown, wrong or revoked one."""
+    row = live_key(session, plain)
+    return row.owner if row is not None else None
+
+
+def queue_problem(allowed: list[str] | None, queue: str) -> str | None:
+    """Why a key limited to ``allowed`` queues (None: all) may not submit to ``queue``."""
+    if allowed is None or queue in allowed:
+        return None
+    return f"this API key may submit to {', '.join(allowed) or 'no queue'} only, not {queue!r}"

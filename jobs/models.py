@@ -66,6 +66,8 @@ class ErrorType(str, Enum):
     WORKER_LOST = "worker_lost"
     PREEMPTED = "preempted"
     STALLED = "stalled"
+    SETUP = "setup_error"  # the job's code bundle or requirements could not be made ready
+    CANCELLED_BY_ENGINE = "engine_cancelled"  # cancelled in Slurm (scancel by an administrator), not through torchyard
     INTERNAL = "internal_error"
 
 
@@ -93,6 +95,8 @@ class Job(SQLModel, table=True):
     finished_at: datetime | None = _ts()
 
     worker_id: str | None = Field(default=None, max_length=128)
+    # What the executor calls the running attempt (the Slurm job id); None under the local executor.
+    executor_id: str | None = Field(default=None, max_length=64)
     run_dir: str | None = Field(default=None, max_length=1024)
     lease_expires_at: datetime | None = _ts(index=True)
 
@@ -127,6 +131,7 @@ class Attempt(SQLModel, table=True):
     job_id: str = Field(foreign_key="jobs.id", primary_key=True, max_length=32)
     attempt: int = Field(primary_key=True)
     worker_id: str | None = Field(default=None, max_length=128)
+    executor_id: str | None = Field(default=None, max_length=64)
     started_at: datetime = Field(default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False))
     finished_at: datetime | None = _ts()
     outcome: str | None = Field(default=None, max_length=16)
@@ -174,6 +179,21 @@ class ApiKey(SQLModel, table=True):
     key_hash: str = Field(max_length=64)
     created_at: datetime = Field(default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False))
     revoked_at: datetime | None = _ts()
+    # The queues this key may submit to; None: every queue of TORCHYARD_QUEUES.
+    queues: list[str] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
+
+
+class JobSecret(SQLModel, table=True):
+    """A job's secrets, apart from its spec: one Fernet token holding the JSON of name -> value.
+
+    Only the names are stored in clear (responses show them); the values are decrypted by the
+    worker alone, into the ranks' environment. A retried job gets a copy of the same token."""
+
+    __tablename__ = "job_secrets"
+
+    job_id: str = Field(foreign_key="jobs.id", primary_key=True, max_length=32)
+    names: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    token: str = Field(sa_column=Column(sa.Text, nullable=False))
 
 
 class IdempotencyKey(SQLModel, table=True):

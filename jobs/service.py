@@ -7,9 +7,10 @@ import hashlib
 import hmac
 import json
 import logging
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import sqlalchemy as sa
 from redis import Redis
@@ -18,7 +19,7 @@ from rq import Queue, Worker
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session
 
-from jobs import artifacts, gang, limits, queue
+from jobs import artifacts, gang, limits, queue, secrets
 from jobs.models import Attempt, Checkpoint, IdempotencyKey, Job, MetricPoint, Status, Transition
 from jobs.settings import Settings
 from jobs.states import TransitionRefused, transition
@@ -46,10 +47,18 @@ class Submission:
     replayed: bool  # True: an earlier request with the same Idempotency-Key created ``job``
 
 
-def request_hash(spec: JobSpec | ScriptJobSpec) -> str:
-    """Digest of the parsed spec, so key order and whitespace in the body do not matter."""
-    canonical = json.dumps(spec.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode()).hexdigest()
+def request_hash(spec: JobSpec | ScriptJobSpec, settings: Settings | None = None) -> str:
+    """Digest of the parsed spec, so key order and whitespace in the body do not matter. With secrets it is
+    an HMAC under the service's secrets key (jobs.secrets.request_digest): a plain hash of the values
+    would let anyone who reads the table test guesses of a secret offline."""
+    values = spec.secret_values()
+    body = {"spec": spec.visible_dump(), "secrets": values} if values else spec.visible_dump()
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+    if values:
+        if settings is None:
+            raise secrets.SecretsUnavailable("a spec with secrets needs the service's settings to be stored")
+        return secrets.request_digest(canonical, settings)
+    return hashlib.sha256(canonical).hexdigest()
 
 
 def _idempotent_job(session: Session, owner: str, key: str, digest: str) -> Job | None:
@@ -72,13 +81,14 @@ def submit(
 
     With ``idempotency_key`` a repeated request returns the job the first one created; the
     (owner, key) primary key makes concurrent duplicates collide, so exactly one job is made.
-    With ``settings`` the owner's queued-job cap applies (limits.OverLimit)."""
-    digest = request_hash(spec)
+    With ``settings`` the owner's queued-job cap applies (limits.OverLimit); a spec with secrets needs
+    them (the key that encrypts the secrets, stored in their own table in the same transaction)."""
+    digest = request_hash(spec, settings)
     if idempotency_key and (existing := _idempotent_job(session, owner, idempotency_key, digest)):
         return Submission(existing, replayed=True)
     job = Job(
         owner=owner, name=spec.name, kind=spec.kind, queue=spec.queue, labels=dict(spec.labels),
-        spec=spec.model_dump(mode="json"), max_attempts=spec.retries + 1,
+        spec=spec.visible_dump(), max_attempts=spec.retries + 1,
     )
     try:
         with limits.owner_lock(session, owner):
@@ -89,7 +99,10 @@ def submit(
             if settings is not None:
                 limits.check_submit(session, owner, settings)
             session.add(job)
-            session.flush()  # the job row first: the idempotency row references it
+            session.flush()  # the job row first: the idempotency and secrets rows reference it
+            if spec.secrets:
+                assert settings is not None  # request_hash refused secrets without settings
+                secrets.store(session, job.id, spec.secret_values(), settings)
             if idempotency_key:
                 session.add(IdempotencyKey(owner=owner, key=idempotency_key, request_hash=digest, job_id=job.id))
             session.commit()
@@ -138,12 +151,45 @@ def _decode_cursor(cursor: str | None, n: int) -> list[str] | None:
     return parts
 
 
+# What a job list needs of each row: every column but the spec and the long error texts, and of the
+# spec only what progress bars read. Lists stay bounded however large specs and tracebacks grow.
+_SUMMARY_COLUMNS = [c for c in Job.__table__.columns if c.name not in ("spec", "error_traceback", "error_log_tail")]  # type: ignore[attr-defined]
+_SPEC_SUMMARY = {
+    "parallel": ("parallel",), "train": ("train",), "model_name": ("model", "name"), "data_name": ("data", "name"),
+    "data_samples": ("data", "args", "samples"),
+}
+
+
+@dataclass(frozen=True)
+class JobSummary:
+    """One row of a job list: the job's columns without its spec, and a summary of the spec."""
+
+    values: dict[str, Any]
+    spec: dict[str, Any]
+    secret_names: list[str]
+
+
+def _summary_spec(row: Any) -> dict[str, Any]:
+    spec: dict[str, Any] = {"kind": row.kind}
+    for name in ("parallel", "train"):
+        if isinstance(getattr(row, f"s_{name}"), dict):
+            spec[name] = getattr(row, f"s_{name}")
+    if row.s_model_name is not None:
+        spec["model"] = {"name": row.s_model_name}
+    if row.s_data_name is not None:
+        spec["data"] = {"name": row.s_data_name}
+        if row.s_data_samples is not None:
+            spec["data"]["args"] = {"samples": row.s_data_samples}
+    return spec
+
+
 def list_jobs(
     session: Session, owner: str, *, status: list[Status] | None = None, name: str | None = None,
     labels: dict[str, str] | None = None, limit: int = 50, cursor: str | None = None,
 ) -> Page:
-    """Newest first. Ids sort by creation time, so the cursor is the last id seen."""
-    query = sa.select(Job).where(Job.owner == owner)
+    """Newest first, as JobSummary items. Ids sort by creation time, so the cursor is the last id seen."""
+    spec_parts = [Job.spec[path].label(f"s_{key}") for key, path in _SPEC_SUMMARY.items()]  # type: ignore[index]
+    query = sa.select(*_SUMMARY_COLUMNS, *spec_parts).where(Job.owner == owner)
     if status:
         query = query.where(Job.status.in_([s.value for s in status]))  # type: ignore[attr-defined]
     if name:
@@ -154,18 +200,25 @@ def list_jobs(
     query = query.order_by(Job.id.desc())  # type: ignore[attr-defined]
     if labels:
         # Label filters run in Python: JSON operators differ between SQLite and PostgreSQL.
-        matched: list[Job] = []
-        for job in session.exec(query).scalars():  # type: ignore[call-overload]
-            if all(job.labels.get(k) == v for k, v in labels.items()):
-                matched.append(job)
+        matched = []
+        for row in session.exec(query):  # type: ignore[call-overload]
+            if all(row.labels.get(k) == v for k, v in labels.items()):
+                matched.append(row)
                 if len(matched) > limit:
                     break
         rows = matched
     else:
-        rows = list(session.exec(query.limit(limit + 1)).scalars())  # type: ignore[call-overload]
+        rows = list(session.exec(query.limit(limit + 1)))  # type: ignore[call-overload]
     more = len(rows) > limit
     rows = rows[:limit]
-    return Page(rows, _encode_cursor(rows[-1].id) if more else None)
+    names = secrets.names(session, [row.id for row in rows])
+    items = [JobSummary({c.name: getattr(row, c.name) for c in _SUMMARY_COLUMNS}, _summary_spec(row), names.get(row.id, []))
+             for row in rows]
+    return Page(items, _encode_cursor(rows[-1].id) if more else None)
+
+
+def secret_names(session: Session, job_id: str) -> list[str]:
+    return secrets.names(session, [job_id]).get(job_id, [])
 
 
 def request_cancel(session: Session, redis: Redis, owner: str, job_id: str) -> Job:
@@ -204,6 +257,8 @@ def retry(session: Session, redis: Redis, owner: str, job_id: str) -> Job:
         max_attempts=old.spec.get("retries", 0) + 1, retry_of=old.id, resume_from=resume_from,
     )
     session.add(job)
+    session.flush()
+    secrets.copy(session, old.id, job.id)
     session.commit()
     session.refresh(job)
     queue.enqueue(redis, job)
@@ -292,6 +347,7 @@ class JobDetail:
     transitions: list[Transition]
     nodes_needed: int | None = None  # multi-node jobs while queued: workers the gang needs at once
     workers_free: int | None = None  # and idle workers serving its queue now
+    secret_names: list[str] = field(default_factory=list)
 
 
 def job_detail(session: Session, redis: Redis, settings: Settings, owner: str, job_id: str) -> JobDetail:
@@ -305,7 +361,8 @@ def job_detail(session: Session, redis: Redis, settings: Settings, owner: str, j
         except RedisError:
             workers_free = None
     return JobDetail(job, position, waiting_reason(session, redis, job, settings, position),
-                     attempts(session, job_id), transitions(session, job_id), nodes_needed, workers_free)
+                     attempts(session, job_id), transitions(session, job_id), nodes_needed, workers_free,
+                     secret_names(session, job.id))
 
 
 @dataclass(frozen=True)
@@ -330,8 +387,17 @@ class FileUnavailable(LookupError):
     """A file the API would serve does not exist here, or lies outside the runs directory (HTTP 404)."""
 
 
-def weights_file(session: Session, settings: Settings, owner: str, job_id: str, step: int | None = None) -> tuple[Checkpoint, Path]:
-    """The consolidated weights of checkpoint ``step``, or of the latest checkpoint that has them."""
+@dataclass
+class OpenedFile:
+    """A file the API serves, already open (served from this descriptor, never from its path again)."""
+
+    file: BinaryIO
+    size: int
+    name: str  # the file's own name, for Content-Disposition
+
+
+def weights_file(session: Session, settings: Settings, owner: str, job_id: str, step: int | None = None) -> tuple[Checkpoint, OpenedFile]:
+    """The consolidated weights of checkpoint ``step``, or of the latest checkpoint that has them, opened."""
     get_job(session, owner, job_id)
     saved = [c for c in checkpoints(session, job_id) if step is None or c.step == step]
     if not saved:
@@ -341,10 +407,14 @@ def weights_file(session: Session, settings: Settings, owner: str, job_id: str, 
         raise FileUnavailable(f"job {job_id}: no consolidated weights file" + (f" at step {step}" if step is not None else "")
                               + "; the final checkpoint of a finished job has one")
     ckpt = with_weights[-1]
-    path = artifacts.safe_path(settings, job_id, ckpt.details["weights"])
-    if path is None or not path.is_file():
-        raise FileUnavailable(f"job {job_id}: the weights file of step {ckpt.step} is not available")
-    return ckpt, path
+    relative = ckpt.details["weights"]
+    try:
+        f = artifacts.open_file(settings, job_id, relative)
+    except FileNotFoundError:
+        log.warning("job %s: weights file %r is missing or not a plain file under the run directory", job_id, relative,
+                    extra={"job_id": job_id})
+        raise FileUnavailable(f"job {job_id}: the weights file of step {ckpt.step} is not available") from None
+    return ckpt, OpenedFile(f, os.fstat(f.fileno()).st_size, Path(relative).name)
 
 
 def job_log(session: Session, settings: Settings, owner: str, job_id: str, attempt: int | None) -> tuple[Job, int]:

@@ -3,24 +3,42 @@
 from __future__ import annotations
 
 import os
+import shlex
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from trainer.spec import SpecLimits
 
+# Operator-chosen sbatch options that cannot change what torchyard relies on (one task per node, the
+# time limit and signal, --no-requeue, where output goes, which environment the ranks get).
+SBATCH_ALLOWED_OPTIONS = frozenset({
+    "--qos", "--reservation", "--constraint", "--exclude", "--nodelist", "--mem", "--mem-per-cpu", "--mem-per-gpu", "--gres",
+    "--exclusive", "--comment", "--wckey", "--licenses", "--tmp", "--nice", "--hint", "--switches", "--cluster-constraint",
+    "--gpu-bind", "--gpu-freq", "--cpu-freq", "--network", "--core-spec", "--prefer", "--mail-type", "--mail-user",
+})
+
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="TORCHYARD_", env_file=None, extra="ignore")
+    # Errors never echo a value: several settings carry credentials (database URL, tokens, the secrets key).
+    model_config = SettingsConfigDict(env_prefix="TORCHYARD_", env_file=None, extra="ignore", hide_input_in_errors=True)
 
     database_url: str = Field("sqlite:///./var/torchyard.db", description="SQLAlchemy URL; PostgreSQL as postgresql+psycopg://...")
     redis_url: str = "redis://localhost:6379/0"
     runs_dir: Path = Path("./var/runs")
     data_dir: Path = Path("./var/data")
     code_dir: Path = Path("./var/code")
+    bundles_dir: Path | None = Field(
+        None, description="Uploaded code bundles (POST /v1/code); every API and worker must see it. Default: RUNS_DIR/.bundles.")
+    max_code_bytes: int = Field(100 * 1024 * 1024, ge=1024, description="Largest code bundle (the tar); larger uploads answer 413.")
+    venvs_dir: Path | None = Field(
+        None, description="Cached per-job Python environments (spec requirements). Default: RUNS_DIR/.venvs, shared by the workers.")
+    requirements_timeout_s: float = Field(900.0, gt=0, description="Time limit of building one requirements environment.")
+    requirements_only_binary: bool = Field(
+        True, description="Install requirements from wheels only: no package's build script runs on a worker.")
     admin_token: str | None = Field(None, description="Bearer token of the admin owner; required by the API.")
 
     worker_queues: Annotated[list[str], NoDecode] = Field(default_factory=lambda: ["default"])
@@ -42,6 +60,21 @@ class Settings(BaseSettings):
                                                                    "for the other nodes before it lets go and requeues.")
     gang_join_timeout_s: float = Field(60.0, gt=0, description="torchrun's c10d rendezvous join timeout on every node.")
 
+    # Where the ranks run (worker/executors/, docs/slurm.md).
+    executor: Literal["local", "slurm"] = Field("local", description="local: torchrun on this worker's host; slurm: sbatch per attempt.")
+    slurm_partition: str | None = Field(None, description="sbatch --partition; default: the cluster's default partition.")
+    slurm_account: str | None = Field(None, description="sbatch --account.")
+    slurm_sbatch_args: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="Further sbatch options, shell-quoted, each one of SBATCH_ALLOWED_OPTIONS "
+                                          "(e.g. '--qos=high --constraint=a100').")
+    slurm_bin_dir: Path | None = Field(None, description="Directory of sbatch, squeue, scontrol, sacct and scancel; default: PATH.")
+    slurm_conf: Path | None = Field(None, description="slurm.conf the Slurm commands read (SLURM_CONF); default: theirs.")
+    slurm_cpus_per_rank: int = Field(4, ge=1, le=256, description="CPUs Slurm gives each rank: --cpus-per-task is this "
+                                                                  "times nproc_per_node (one task per node).")
+    slurm_gpus: bool = Field(True, description="Jobs with device auto ask Slurm for nproc_per_node GPUs per node; false on "
+                                               "CPU-only clusters (device cuda always asks, device cpu never).")
+    slurm_poll_interval_s: float = Field(5.0, gt=0, description="How often the worker asks Slurm about a job it runs.")
+
     # HTTP API limits and streaming (api/).
     max_request_bytes: int = Field(1_048_576, ge=1024, description="Request bodies above this many bytes answer 413.")
     max_queued_per_owner: int = Field(1000, ge=1, description="Queued jobs one owner may have; more submissions answer 429.")
@@ -49,16 +82,64 @@ class Settings(BaseSettings):
     sse_poll_interval_s: float = Field(0.5, gt=0, le=60, description="How often event and log streams poll SQL and files.")
     log_format: Literal["json", "text"] = Field("json", description="json: one object per line with job_id and request_id.")
 
-    @field_validator("worker_queues", mode="before")
+    # Tenants (docs/security.md).
+    queues: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: ["default"], min_length=1,
+        description="Comma list of the queues that exist; a job for any other queue is refused (422). "
+                    "An API key may be narrowed to some of them.")
+    script_modules: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Comma list of installed modules a script job may run as its entrypoint (exact dotted names); "
+                    "empty: only code under the code root runs.")
+    secrets_key: SecretStr | None = Field(
+        None, description="Fernet key(s) that encrypt job secrets at rest, comma-separated: the first encrypts, all decrypt "
+                          "(rotation). Unset: specs with secrets are refused. API and workers need the same value.")
+    max_streams_per_owner: int = Field(8, ge=1, description="Open /events and followed /logs streams one owner may hold "
+                                                            "in one API process; more answer 429.")
+    stream_max_lifetime_s: float = Field(900.0, gt=0, description="An /events stream ends after this long with a "
+                                                                  "'reconnect' event; clients resume with Last-Event-ID.")
+
+    @property
+    def bundles_root(self) -> Path:
+        return self.bundles_dir or self.runs_dir / ".bundles"
+
+    @property
+    def venvs_root(self) -> Path:
+        return self.venvs_dir or self.runs_dir / ".venvs"
+
+    @field_validator("worker_queues", "queues", "script_modules", mode="before")
     @classmethod
-    def _split_queues(cls, value: object) -> object:
+    def _split_list(cls, value: object) -> object:
         if isinstance(value, str):
             return [q.strip() for q in value.split(",") if q.strip()]
         return value
 
+    @field_validator("slurm_sbatch_args", mode="before")
+    @classmethod
+    def _split_sbatch_args(cls, value: object) -> object:
+        args = shlex.split(value) if isinstance(value, str) else value
+        if isinstance(args, list):
+            for arg in args:
+                name = str(arg).split("=", 1)[0]
+                if name not in SBATCH_ALLOWED_OPTIONS:
+                    raise ValueError(f"sbatch option {name!r} is not allowed here; allowed: {', '.join(sorted(SBATCH_ALLOWED_OPTIONS))} "
+                                     "(torchyard sets nodes, tasks, GPUs, CPUs, time, signal, requeue, output and environment itself)")
+        return args
+
+    @field_validator("secrets_key")
+    @classmethod
+    def _valid_fernet_keys(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None or not value.get_secret_value().strip():
+            return None
+        from jobs.secrets import fernet_from  # cryptography only where secrets are configured
+
+        fernet_from(value.get_secret_value())  # raises ValueError naming the problem, never the key
+        return value
+
     def spec_limits(self) -> SpecLimits:
         return SpecLimits(max_nproc_per_node=self.max_nproc_per_node, max_nnodes=self.max_nnodes, data_dir=self.data_dir,
-                          code_dir=self.code_dir)
+                          code_dir=self.code_dir, script_modules=frozenset(self.script_modules), queues=frozenset(self.queues),
+                          secrets_allowed=self.secrets_key is not None)
 
 
 @lru_cache(maxsize=1)

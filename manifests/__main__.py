@@ -1,4 +1,4 @@
-"""``python -m manifests {k8s-job,pytorchjob,slurm} SPEC.yaml --image IMG``: print a launch file for a JobSpec.
+"""``python -m manifests {k8s-job,jobset,pytorchjob,slurm} SPEC.yaml --image IMG``: print a launch file for a JobSpec.
 
 The spec is read and checked exactly as the trainer reads it (trainer.spec.load_spec_file), so a
 spec that cannot run is refused here, naming the field, not on the cluster.
@@ -24,6 +24,7 @@ log = logging.getLogger("manifests")
 
 KUBERNETES: dict[str, Callable[[JobSpec, LaunchOptions], list[dict[str, Any]]]] = {
     "k8s-job": kubernetes.k8s_job,
+    "jobset": kubernetes.jobset,
     "pytorchjob": kubernetes.pytorchjob,
 }
 
@@ -42,7 +43,8 @@ _Dumper.add_representer(str, _str)
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m manifests", description=__doc__.split("\n\n")[0])
     parser.add_argument("target", choices=[*KUBERNETES, "slurm"],
-                        help="k8s-job: batch/v1 Indexed Job running torchrun; pytorchjob: Kubeflow PyTorchJob; slurm: sbatch script")
+                        help="k8s-job: batch/v1 Indexed Job running torchrun; jobset: a JobSet (jobset.x-k8s.io); "
+                             "pytorchjob: Kubeflow PyTorchJob; slurm: sbatch script")
     parser.add_argument("spec", type=Path, help="job spec, .yaml or .json (the same file POST /v1/jobs takes)")
     parser.add_argument("--image", help="worker image (docker/worker.Dockerfile); required except for slurm --container none")
     parser.add_argument("--name", help="Kubernetes object / Slurm job name; default: the spec's name, made a DNS label")
@@ -53,6 +55,7 @@ def _parser() -> argparse.ArgumentParser:
     k8s.add_argument("--runs-pvc", default="torchyard-runs", help="PersistentVolumeClaim for run directories (RWX for nnodes > 1)")
     k8s.add_argument("--data-pvc", help="PersistentVolumeClaim holding the data root, mounted read-only")
     k8s.add_argument("--namespace", help="metadata.namespace of every object")
+    k8s.add_argument("--stop-grace-s", type=int, default=90, help="jobset: terminationGracePeriodSeconds, the ranks' time to checkpoint")
     sl = parser.add_argument_group("Slurm")
     sl.add_argument("--runs-dir", help="runs root on a filesystem all nodes share; default $TORCHYARD_RUNS_DIR or $SLURM_SUBMIT_DIR/runs")
     sl.add_argument("--data-dir", help="data root; default $TORCHYARD_DATA_DIR or $SLURM_SUBMIT_DIR/data")
@@ -72,7 +75,8 @@ def render(args: argparse.Namespace) -> str:
     opts = LaunchOptions(
         name=name, run_id=args.run_id or name, image=args.image, rdzv_port=args.rdzv_port,
         gpus_per_node=default_gpus(spec) if args.gpus_per_node is None else args.gpus_per_node,
-        runs_pvc=args.runs_pvc, data_pvc=args.data_pvc, runs_dir=args.runs_dir, data_dir=args.data_dir, container=args.container,
+        runs_pvc=args.runs_pvc, data_pvc=args.data_pvc, stop_grace_s=args.stop_grace_s, runs_dir=args.runs_dir, data_dir=args.data_dir,
+        container=args.container,
     )
     if opts.gpus_per_node < 0:
         raise LaunchError("--gpus-per-node must be 0 or more")

@@ -1,4 +1,4 @@
-"""Kubernetes manifests for one JobSpec: a plain batch/v1 Job running torchrun, or a Kubeflow PyTorchJob.
+"""Kubernetes manifests for one JobSpec: a plain batch/v1 Job running torchrun, a JobSet, or a Kubeflow PyTorchJob.
 
 Both mount the spec from a ConfigMap at /etc/torchyard/spec.json, the run directory from a
 PersistentVolumeClaim (ReadWriteMany when nnodes > 1: every node writes checkpoints there), an
@@ -17,6 +17,11 @@ SPEC_PATH = f"{SPEC_DIR}/spec.json"
 RUNS_MOUNT = "/var/lib/torchyard/runs"
 DATA_MOUNT = "/var/lib/torchyard/data"
 UID = 10001  # the user of docker/*.Dockerfile
+
+
+# An Indexed Job's completion index is its pod's node rank.
+_NODE_RANK = {"name": "NODE_RANK",
+              "valueFrom": {"fieldRef": {"fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}}
 
 
 def _labels(opts: LaunchOptions) -> dict[str, str]:
@@ -76,6 +81,19 @@ def _pod_spec(opts: LaunchOptions, container: dict[str, Any], restart: str) -> d
     }
 
 
+def _indexed_trainer(spec: JobSpec, opts: LaunchOptions, node0: str) -> dict[str, Any]:
+    """The trainer container of an Indexed Job's pods. Static rendezvous: node ranks are the completion
+    indexes, and node 0 (at the stable DNS name ``node0``) serves the store itself, so nothing depends
+    on a pod resolving its own DNS name while it starts."""
+    run_dir = f"{RUNS_MOUNT}/{opts.run_id}"
+    if spec.parallel.nnodes == 1:
+        return _container("trainer", spec, opts, torchrun(spec, SPEC_PATH, run_dir, ["--standalone"]), [])
+    rendezvous = ["--node-rank=$(NODE_RANK)", f"--master-addr={node0}", f"--master-port={opts.rdzv_port}"]
+    container = _container("trainer", spec, opts, torchrun(spec, SPEC_PATH, run_dir, rendezvous), [_NODE_RANK])
+    container["ports"] = [{"name": "rendezvous", "containerPort": opts.rdzv_port}]
+    return container
+
+
 def k8s_job(spec: JobSpec, opts: LaunchOptions) -> list[dict[str, Any]]:
     """ConfigMap + (nnodes > 1: headless Service) + an Indexed batch/v1 Job, one pod per node.
 
@@ -83,22 +101,11 @@ def k8s_job(spec: JobSpec, opts: LaunchOptions) -> list[dict[str, Any]]:
     ``<job>-0.<job>`` (Indexed Job hostname + the headless Service as subdomain).
     """
     nnodes = spec.parallel.nnodes
-    run_dir = f"{RUNS_MOUNT}/{opts.run_id}"
-    env: list[dict[str, Any]] = []
-    if nnodes == 1:
-        rendezvous = ["--standalone"]
-    else:
-        env.append({"name": "NODE_RANK", "valueFrom": {"fieldRef": {
-            "fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}})
-        # Static rendezvous: node ranks are the completion indexes, and node 0 serves the store
-        # itself, so nothing depends on a pod resolving its own DNS name while it starts.
-        rendezvous = ["--node-rank=$(NODE_RANK)", f"--master-addr={opts.name}-0.{opts.name}", f"--master-port={opts.rdzv_port}"]
-    container = _container("trainer", spec, opts, torchrun(spec, SPEC_PATH, run_dir, rendezvous), env)
+    container = _indexed_trainer(spec, opts, node0=f"{opts.name}-0.{opts.name}")
     pod = _pod_spec(opts, container, restart="Never")
     docs: list[dict[str, Any]] = [config_map(spec, opts)]
     if nnodes > 1:
         pod["subdomain"] = opts.name
-        container["ports"] = [{"name": "rendezvous", "containerPort": opts.rdzv_port}]
         docs.append({
             "apiVersion": "v1", "kind": "Service", "metadata": _meta(opts.name, spec, opts),
             "spec": {"clusterIP": "None", "publishNotReadyAddresses": True, "selector": _labels(opts),
@@ -148,5 +155,45 @@ def pytorchjob(spec: JobSpec, opts: LaunchOptions) -> list[dict[str, Any]]:
             "nprocPerNode": str(spec.parallel.nproc_per_node),
             "runPolicy": {"backoffLimit": spec.retries, "activeDeadlineSeconds": attempt_deadline_s(spec), "cleanPodPolicy": "None"},
             "pytorchReplicaSpecs": replicas,
+        },
+    }]
+
+
+def jobset(spec: JobSpec, opts: LaunchOptions) -> list[dict[str, Any]]:
+    """ConfigMap + a ``jobset.x-k8s.io/v1alpha2`` JobSet: one replicated Indexed Job of nnodes pods.
+
+    The JobSet controller creates the headless Service itself (``network.enableDNSHostnames``): pod
+    ``<name>-node-0-0.<name>`` is node 0 and serves the rendezvous. One JobSet runs one attempt:
+    ``failurePolicy.maxRestarts: 0`` and ``backoffLimit: 0`` leave retries to whoever runs the
+    attempts (a resubmission with the same run directory resumes from its latest checkpoint), and
+    ``terminationGracePeriodSeconds`` is the time the ranks get to checkpoint when the JobSet is
+    deleted or its pods are evicted or preempted (SIGTERM first, as under Slurm and torchyard).
+    """
+    nnodes = spec.parallel.nnodes
+    container = _indexed_trainer(spec, opts, node0=f"{opts.name}-node-0-0.{opts.name}")
+    pod = _pod_spec(opts, container, restart="Never")
+    pod["terminationGracePeriodSeconds"] = opts.stop_grace_s
+    return [config_map(spec, opts), {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": _meta(opts.name, spec, opts),
+        "spec": {
+            "failurePolicy": {"maxRestarts": 0},
+            "network": {"enableDNSHostnames": True, "subdomain": opts.name},
+            "replicatedJobs": [{
+                "name": "node",
+                "replicas": 1,
+                "template": {
+                    "metadata": {"labels": _labels(opts)},
+                    "spec": {
+                        "completionMode": "Indexed",
+                        "completions": nnodes,
+                        "parallelism": nnodes,
+                        "backoffLimit": 0,
+                        "activeDeadlineSeconds": spec.timeout_s + opts.stop_grace_s,
+                        "template": {"metadata": {"labels": _labels(opts)}, "spec": pod},
+                    },
+                },
+            }],
         },
     }]

@@ -36,6 +36,7 @@ class LaunchOptions:
     # Kubernetes: claims mounted at the images' paths. No data claim: synthetic data only.
     runs_pvc: str = "torchyard-runs"
     data_pvc: str | None = None
+    stop_grace_s: int = 90  # Kubernetes: SIGTERM to SIGKILL when a pod is deleted, evicted or preempted
     # Slurm: paths on a filesystem every node shares; None: under the submit directory.
     runs_dir: str | None = None
     data_dir: str | None = None

@@ -17,7 +17,8 @@ import time
 from pathlib import Path
 
 from jobs.settings import get_settings
-from stack.redis_server import RedisServer, answers
+from stack.redis_server import RedisServer, answers, masked, refuses_auth
+from trainer.pdeathsig import set_not_dumpable
 
 log = logging.getLogger("torchyard")
 
@@ -31,12 +32,20 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     settings = get_settings()
+    set_not_dumpable()  # holds the admin token and service settings, like the API and workers it starts
     env = dict(os.environ)
     redis: RedisServer | None = None
+    if refuses_auth(settings.redis_url):
+        # A Redis is there: starting a private one instead would split the queues between two servers.
+        log.error("the Redis at %s refuses the password in TORCHYARD_REDIS_URL (redis://:PASSWORD@host:port/0)",
+                  masked(settings.redis_url))
+        return 2
     if not answers(settings.redis_url):
         redis = RedisServer(Path("var/redis"), appendonly=True).start()
         env["TORCHYARD_REDIS_URL"] = redis.url
-        log.info("no Redis at %s; started a private redis-server at %s", settings.redis_url, redis.url)
+        log.info("no Redis at %s; started a private redis-server at %s", masked(settings.redis_url), redis.url)
+    else:
+        log.info("using the Redis at %s", masked(settings.redis_url))
     token = settings.admin_token or secrets.token_urlsafe(24)
     env["TORCHYARD_ADMIN_TOKEN"] = token
 

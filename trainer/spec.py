@@ -8,9 +8,15 @@ Validation happens in two layers:
 * field bounds, enforced by pydantic when a spec is parsed;
 * rules that span fields or depend on the host (``spec_problems``): batch
   divisible by ranks, model/data compatibility, data paths under the data root,
-  process counts within what the workers allow. Each problem names its field.
+  process counts within what the workers allow, queues that exist, entrypoints
+  and environment names on their allow-lists (trainer/env_rules.py), sizes.
+  Each problem names its field.
 
-Two kinds of job share one base (name, parallel, retries, limits, queue, labels):
+``secrets`` hold values as ``SecretStr``: any dump of a spec shows them masked,
+and ``visible_dump`` (what is stored, returned and written to spec.json) leaves
+them out altogether.
+
+Two kinds of job share one base (name, parallel, retries, limits, queue, labels, env, secrets):
 ``kind: catalog`` (``JobSpec``, the default when ``kind`` is absent) trains a
 catalog model on a catalog dataset; ``kind: script`` (``ScriptJobSpec``) runs the
 user's own script from the code root under torchrun. ``AnySpec`` is the union,
@@ -19,20 +25,30 @@ user's own script from the code root under torchrun. ``AnySpec`` is the union,
 
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.util
 import json
 import os
 import re
-import sys
 from dataclasses import dataclass
 from pathlib import Path, PurePath
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, StringConstraints, Tag, TypeAdapter, ValidationError, WrapValidator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    SecretStr,
+    StringConstraints,
+    Tag,
+    TypeAdapter,
+    ValidationError,
+    WrapValidator,
+)
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from trainer import catalog
+from trainer.env_rules import env_name_problem, name_problem
+from trainer.requirements import MAX_REQUIREMENT_CHARS, MAX_REQUIREMENTS, requirement_problem
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
 LABEL_KEY_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$"
@@ -117,8 +133,20 @@ class CheckpointSpec(_Strict):
     async_save: bool = Field(False, description="Save in the background so training is not blocked.")
 
 
+ENV_VALUE_MAX = 4096
+SECRET_VALUE_MAX = 8192
+# Totals, so a spec stays small wherever it is stored, listed and sent (SQL, spec.json, responses).
+ARGS_TOTAL_MAX = 65_536  # characters of all script args together
+ENV_TOTAL_MAX = 32_768  # characters of all env names and values
+SECRETS_TOTAL_MAX = 65_536  # characters of all secret names and values
+CATALOG_ARGS_MAX = 16_384  # characters of model.args or data.args as JSON
+
+EnvValue = Annotated[str, StringConstraints(max_length=ENV_VALUE_MAX)]
+SecretValue = Annotated[SecretStr, Field(max_length=SECRET_VALUE_MAX)]
+
+
 class JobBase(_Strict):
-    """What every kind of job has: identity, ranks, restarts and retries, limits, queue, labels."""
+    """What every kind of job has: identity, ranks, restarts and retries, limits, queue, labels, env and secrets."""
 
     kind: str  # narrowed to a Literal by each kind; declared here so it stays the first field
     name: str = Field(..., pattern=NAME_PATTERN, description="Human name; letters, digits, '.', '_' and '-'.")
@@ -129,6 +157,23 @@ class JobBase(_Strict):
     stall_timeout_s: int | None = Field(None, ge=10, le=86_400, description="No new step for this long stops the attempt.")
     queue: str = Field("default", pattern=NAME_PATTERN, description="RQ queue the job waits in.")
     labels: dict[str, str] = Field(default_factory=dict, max_length=32, description="Free-form labels for filtering.")
+    env: dict[str, EnvValue] = Field(
+        default_factory=dict, max_length=64,
+        description="Extra environment for every rank, from an allow-list of names (docs/spec.md); shown in responses.",
+    )
+    secrets: dict[str, SecretValue] = Field(
+        default_factory=dict, max_length=32,
+        description="Credentials for every rank's environment (e.g. WANDB_API_KEY, HF_TOKEN), under the same name rules as env. "
+                    "Stored encrypted, never returned: responses list their names only.",
+    )
+
+    def secret_values(self) -> dict[str, str]:
+        """The secrets in clear, for the one place that stores them (encrypted)."""
+        return {name: value.get_secret_value() for name, value in self.secrets.items()}
+
+    def visible_dump(self) -> dict[str, Any]:
+        """The spec as stored, returned and written to spec.json: everything but the secrets."""
+        return self.model_dump(mode="json", exclude={"secrets"})
 
 
 class JobSpec(JobBase):
@@ -145,14 +190,15 @@ class JobSpec(JobBase):
 # ---------------------------------------------------------------- script jobs
 
 MODULE_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
-ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
+CODE_PATTERN = r"^sha256:[0-9a-f]{64}$"
 
 ScriptArg = Annotated[str, StringConstraints(max_length=4096)]
-EnvValue = Annotated[str, StringConstraints(max_length=4096)]
 
 
 class ScriptJobSpec(JobBase):
-    """The user's own training script (a .py file or a module under the code root, or an installed module) run under torchrun.
+    """The user's own training script (a .py file or a module under the code root: the job's uploaded ``code``
+    bundle, else TORCHYARD_CODE_DIR; or an installed module the operator lists in TORCHYARD_SCRIPT_MODULES)
+    run under torchrun, optionally in an environment with extra ``requirements``.
 
     ``parallel`` sets nnodes and nproc_per_node; strategy and its options are the script's own business.
     """
@@ -160,14 +206,23 @@ class ScriptJobSpec(JobBase):
     kind: Literal["script"]
     entrypoint: str = Field(
         ..., min_length=1, max_length=1024,
-        description="A .py file under TORCHYARD_CODE_DIR ('train/ddp.py'), or a dotted module under it or installed ('mypkg.train').",
+        description="A .py file under the code root ('train/ddp.py'), a dotted module under it ('mypkg.train'), "
+                    "or an installed module listed in TORCHYARD_SCRIPT_MODULES. The code root is the job's `code` "
+                    "bundle when it has one, else TORCHYARD_CODE_DIR.",
     )
     args: list[ScriptArg] = Field(
-        default_factory=list, max_length=256, description="Command-line arguments, one list item each; never passed through a shell.",
+        default_factory=list, max_length=256,
+        description=f"Command-line arguments, one list item each; never passed through a shell. "
+                    f"At most {ARGS_TOTAL_MAX} characters in all.",
     )
-    env: dict[str, EnvValue] = Field(
-        default_factory=dict, max_length=64,
-        description="Extra environment for every rank. Names that change how Python, the loader or torch load code are refused.",
+    code: str | None = Field(
+        None, pattern=CODE_PATTERN,
+        description="An uploaded code bundle ('sha256:<hex>', from POST /v1/code): the entrypoint resolves inside it "
+                    "instead of TORCHYARD_CODE_DIR.",
+    )
+    requirements: list[Annotated[str, StringConstraints(max_length=MAX_REQUIREMENT_CHARS)]] = Field(
+        default_factory=list, max_length=MAX_REQUIREMENTS,
+        description="Python packages installed for this job ('tqdm==4.67.1'), into a cached environment layered over the worker's.",
     )
 
 
@@ -218,6 +273,9 @@ class SpecLimits:
     max_nnodes: int = 64
     data_dir: Path | None = None
     code_dir: Path | None = None  # script jobs' entrypoints must resolve under it
+    script_modules: frozenset[str] = frozenset()  # installed modules a script job may run (TORCHYARD_SCRIPT_MODULES)
+    queues: frozenset[str] | None = None  # the queues that exist (TORCHYARD_QUEUES); None: any
+    secrets_allowed: bool = True  # False where no key can encrypt them (TORCHYARD_SECRETS_KEY unset)
 
 
 @dataclass(frozen=True)
@@ -276,6 +334,10 @@ def spec_problems(spec: JobSpec | ScriptJobSpec, limits: SpecLimits | None = Non
 
     if model is not None and data is not None:
         problems += _compatibility_problems(spec, model, data)
+    for section in ("model", "data"):
+        size = len(json.dumps(getattr(spec, section).args, separators=(",", ":")))
+        if size > CATALOG_ARGS_MAX:
+            problems.append(SpecProblem((section, "args"), f"{size} characters as JSON; at most {CATALOG_ARGS_MAX}"))
 
     p, t = spec.parallel, spec.train
     per_step = p.world_size * t.grad_accum_steps
@@ -305,7 +367,7 @@ def spec_problems(spec: JobSpec | ScriptJobSpec, limits: SpecLimits | None = Non
 
 
 def _common_problems(spec: JobBase, limits: SpecLimits) -> list[SpecProblem]:
-    """Checks every kind of job gets: process counts within the host's limits, label shapes."""
+    """Checks every kind of job gets: process counts within the host's limits, queue, labels, env and secrets."""
     problems: list[SpecProblem] = []
     p = spec.parallel
     if p.nproc_per_node > limits.max_nproc_per_node:
@@ -315,12 +377,35 @@ def _common_problems(spec: JobBase, limits: SpecLimits) -> list[SpecProblem]:
         ))
     if p.nnodes > limits.max_nnodes:
         problems.append(SpecProblem(("parallel", "nnodes"), f"{p.nnodes} nodes; this service allows at most {limits.max_nnodes}"))
+    if limits.queues is not None and spec.queue not in limits.queues:
+        problems.append(SpecProblem(("queue",), f"unknown queue {spec.queue!r}; this service has: {', '.join(sorted(limits.queues))}"))
 
     for key in spec.labels:
         if not re.match(LABEL_KEY_PATTERN, key):
             problems.append(SpecProblem(("labels", key), "label keys are letters, digits, '.', '_', '/' and '-', at most 63"))
         elif len(spec.labels[key]) > 256:
             problems.append(SpecProblem(("labels", key), "label values are at most 256 characters"))
+    problems += _variable_problems("env", spec.env, env_name_problem, ENV_TOTAL_MAX)
+    problems += _variable_problems("secrets", spec.secret_values(), name_problem, SECRETS_TOTAL_MAX)
+    if spec.secrets and not limits.secrets_allowed:
+        problems.append(SpecProblem(("secrets",), "this service stores no secrets (its operator has not set TORCHYARD_SECRETS_KEY)"))
+    for name in set(spec.env) & set(spec.secrets):
+        problems.append(SpecProblem(("secrets", name), "also set in env; give each variable once"))
+    return problems
+
+
+def _variable_problems(section: str, variables: dict[str, str], rule: Any, total_max: int) -> list[SpecProblem]:
+    # Messages never quote a value: for secrets that would send the credential back in the 422.
+    problems: list[SpecProblem] = []
+    for name, value in variables.items():
+        why = rule(name)
+        if why is not None:
+            problems.append(SpecProblem((section, name), why))
+        elif "\x00" in value:
+            problems.append(SpecProblem((section, name), "value contains a NUL character"))
+    total = sum(len(name) + len(value) for name, value in variables.items())
+    if total > total_max:
+        problems.append(SpecProblem((section,), f"{total} characters of names and values in all; at most {total_max}"))
     return problems
 
 
@@ -382,80 +467,35 @@ def load_spec_file(path: str | Path, limits: SpecLimits | None = None) -> JobSpe
 
 # ---------------------------------------------------------------- script job checks
 
-# Environment a script job may not set, by why. These change which code Python, the dynamic loader or
-# torch load (an env must never turn "run this file" into "run that library" or "unpickle anything"),
-# or they are facts torchrun and the worker own (rendezvous, ranks, devices, the job mark).
-_ENV_NATIVE = frozenset({
-    "GCONV_PATH", "LOCPATH", "NLSPATH", "OPENSSL_CONF", "OPENSSL_ENGINES", "OPENSSL_MODULES",
-    "CUDA_INJECTION64_PATH", "NVTX_INJECTION64_PATH", "OMP_TOOL", "OMP_TOOL_LIBRARIES", "NCCL_CONF_FILE",
-})
-_ENV_CODE = frozenset({
-    "PATH", "HOME", "SHELL", "ENV", "BASH_ENV", "IFS", "HOSTALIASES",
-    "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "TORCH_FORCE_WEIGHTS_ONLY_LOAD", "TORCH_EXTENSIONS_DIR", "TORCH_HOME",
-    "TORCH_DEVICE_BACKEND_AUTOLOAD", "CUDA_CACHE_PATH",
-})
-_ENV_RANKS = frozenset({
-    "MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
-    "ROLE_RANK", "ROLE_NAME", "ROLE_WORLD_SIZE", "NODE_RANK",
-})
-_ENV_DEVICES = frozenset({"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"})
-ENV_DENIED_NAMES = _ENV_NATIVE | _ENV_CODE | _ENV_RANKS | _ENV_DEVICES
-ENV_DENIED_PREFIXES = ("PYTHON", "LD_", "DYLD_", "BASH_FUNC_", "TORCHYARD_", "TORCHELASTIC_", "TORCHINDUCTOR_", "TRITON_")
-# PYTHON* variables that only tune the interpreter's output and hashing, never what it imports.
-ENV_ALLOWED_NAMES = frozenset({"PYTHONHASHSEED", "PYTHONFAULTHANDLER", "PYTHONIOENCODING", "PYTHONUTF8", "PYTHONDONTWRITEBYTECODE"})
-
-# Installed modules that must not be entrypoints: torchyard itself (its processes hold service settings), and
-# launchers and runners whose arguments name code to run, which would walk around the code-root check.
-DENIED_MODULES = frozenset({
-    "api", "jobs", "worker", "trainer", "stack", "torch", "pip", "setuptools", "pkg_resources", "pytest", "_pytest",
-    "IPython", "ipykernel", "jupyter", "jupyter_core", "notebook", "debugpy", "coverage", "uvicorn", "gunicorn", "rq",
-})
-
-
-def env_problem(name: str) -> str | None:
-    """Why a script job may not set this environment variable, or None when it may."""
-    if not re.match(ENV_NAME_PATTERN, name):
-        return "names are letters, digits and '_', not starting with a digit, at most 128"
-    if name in ENV_ALLOWED_NAMES:
-        return None
-    if name.startswith("PYTHON"):
-        return "PYTHON* variables change what the interpreter imports or runs at startup; refused"
-    if name.startswith(("LD_", "DYLD_")) or name in _ENV_NATIVE or (name.startswith("NCCL_") and "PLUGIN" in name):
-        return "this variable makes the process load native code the job did not ask for; refused"
-    if name.startswith(("TORCHYARD_", "TORCHELASTIC_")):
-        return "set by torchyard and torchrun for every rank; refused"
-    if name in _ENV_RANKS:
-        return "rendezvous and rank variables are set by torchrun; refused"
-    if name in _ENV_DEVICES:
-        return "devices are assigned by the worker; refused"
-    if name in _ENV_CODE or name.startswith(ENV_DENIED_PREFIXES):
-        return "this variable changes how Python, the shell or torch find and load code; refused"
-    return None
-
 
 @dataclass(frozen=True)
 class Entrypoint:
     """A checked entrypoint: a .py file under the code root, or a module (``python -m``)."""
 
-    file: Path | None = None  # resolved, symlinks followed; run as ``torchrun ... FILE args``
-    module: str | None = None  # run as ``torchrun ... -m MODULE args``
+    file: Path | None = None  # resolved, symlinks followed; run as ``FILE args``
+    module: str | None = None  # run as ``-m MODULE args``; ``file`` is set too when it lies under the code root
 
 
-def resolve_entrypoint(entrypoint: str, code_dir: Path | None) -> Entrypoint:
-    """Where an entrypoint points, checked against the code root; raises ValueError saying why it cannot run.
+def resolve_entrypoint(entrypoint: str, code_root: Path | None, allowed_modules: frozenset[str] = frozenset()) -> Entrypoint:
+    """Where an entrypoint points; raises ValueError saying why it cannot run.
 
-    Called at submission (API) and again at launch (worker), because the code root may change in between.
-    """
+    An allow-list: a ``.py`` file or a dotted module that resolves inside ``code_root`` (the service's
+    code root, or a job's own unpacked code: the caller says which), or an installed module named
+    exactly in ``allowed_modules`` (TORCHYARD_SCRIPT_MODULES). Nothing is imported to decide.
+    Called at submission (API) and again at launch (worker), because the code may change in between."""
     if "\x00" in entrypoint:
         raise ValueError("contains a NUL character")
     if entrypoint.endswith(".py"):
-        return Entrypoint(file=_resolve_script_file(entrypoint, code_dir))
+        return Entrypoint(file=_resolve_script_file(entrypoint, code_root))
     if not re.match(MODULE_PATTERN, entrypoint):
         raise ValueError("must be a .py file under the code root or a dotted module name such as 'mypkg.train'")
-    in_root = _module_under_root(entrypoint, code_dir) if code_dir is not None else None
-    if in_root is None:
-        _check_installed_module(entrypoint)
-    return Entrypoint(module=entrypoint, file=in_root)
+    in_root = _module_under_root(entrypoint, code_root) if code_root is not None else None
+    if in_root is not None:
+        return Entrypoint(module=entrypoint, file=in_root)
+    if entrypoint in allowed_modules:
+        return Entrypoint(module=entrypoint)
+    raise ValueError("no such module under the code root, and not an installed module this service allows "
+                     "(TORCHYARD_SCRIPT_MODULES); put your code in the code root")
 
 
 def _resolve_script_file(entrypoint: str, code_dir: Path | None) -> Path:
@@ -510,44 +550,20 @@ def _module_under_root(module: str, code_dir: Path) -> Path | None:
     return None
 
 
-def _check_installed_module(module: str) -> None:
-    top = module.split(".")[0]
-    if top in sys.stdlib_module_names:
-        raise ValueError(f"{top!r} is a standard-library module; run your own code from the code root")
-    if top in DENIED_MODULES:
-        raise ValueError(f"{top!r} cannot be run as a job; run your own code from the code root")
-    # Found the way the import system would, without importing anything: importlib.util.find_spec
-    # would import every parent package, running its code inside the API process.
-    spec = importlib.util.find_spec(top)
-    prefix = top
-    for part in module.split(".")[1:]:
-        if spec is None or spec.submodule_search_locations is None:
-            spec = None
-            break
-        prefix = f"{prefix}.{part}"
-        spec = importlib.machinery.PathFinder.find_spec(prefix, list(spec.submodule_search_locations))
-    if spec is None:
-        raise ValueError(f"no module {module!r} under the code root or installed")
-    if spec.submodule_search_locations is not None:
-        main = importlib.machinery.PathFinder.find_spec(f"{module}.__main__", list(spec.submodule_search_locations))
-        if main is None:
-            raise ValueError(f"{module!r} is a package without __main__; name the module to run")
-
-
 def script_problems(spec: ScriptJobSpec, limits: SpecLimits) -> list[SpecProblem]:
-    """Reasons a script job cannot run: entrypoint outside the code root or missing, env names refused, NUL bytes."""
+    """Reasons a script job cannot run: entrypoint not allowed or missing, args too long or with NUL bytes."""
     problems: list[SpecProblem] = []
     try:
-        resolve_entrypoint(spec.entrypoint, limits.code_dir)
+        resolve_entrypoint(spec.entrypoint, limits.code_dir, limits.script_modules)
     except ValueError as exc:
         problems.append(SpecProblem(("entrypoint",), f"{spec.entrypoint!r}: {exc}"))
     for i, arg in enumerate(spec.args):
         if "\x00" in arg:
             problems.append(SpecProblem(("args", i), "contains a NUL character"))
-    for name, value in spec.env.items():
-        why = env_problem(name)
-        if why is not None:
-            problems.append(SpecProblem(("env", name), why))
-        elif "\x00" in value:
-            problems.append(SpecProblem(("env", name), "value contains a NUL character"))
+    total = sum(len(arg) for arg in spec.args)
+    if total > ARGS_TOTAL_MAX:
+        problems.append(SpecProblem(("args",), f"{total} characters in all; at most {ARGS_TOTAL_MAX}"))
+    for i, line in enumerate(spec.requirements):
+        if (why := requirement_problem(line)) is not None:
+            problems.append(SpecProblem(("requirements", i), why))
     return problems

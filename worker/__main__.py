@@ -11,6 +11,7 @@ from jobs.db import get_engine, init_db
 from jobs.queue import redis_client
 from jobs.reconciler import ReconcilerLoop
 from jobs.settings import get_settings
+from trainer.pdeathsig import set_not_dumpable
 from worker.rq_worker import TorchyardWorker
 
 
@@ -24,6 +25,12 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     settings = get_settings()
+    if settings.executor != "local":
+        # The supervisor starts ranks through its own torchrun path; serving jobs here would ignore the setting.
+        parser.error(f"TORCHYARD_EXECUTOR={settings.executor}: this worker runs attempts with the local executor only "
+                     "(docs/executors.md); unset it or set it to local")
+    # Jobs run as this process's user: keep its environment (database URL, secrets key) and memory from them.
+    set_not_dumpable()
     name = args.name or settings.worker_id or f"{socket.gethostname()}:{os.getpid()}"
     # RQ starts each work horse as a fresh interpreter with this environment; it reads its id from there.
     os.environ["TORCHYARD_WORKER_ID"] = settings.worker_id = name

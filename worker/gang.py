@@ -42,7 +42,7 @@ from jobs.settings import Settings, get_settings
 from trainer.exit_codes import PREEMPTED_EXIT_CODE
 from trainer.spec import SpecError, spec_from_dict
 from worker import processes
-from worker.launch import NodeLaunch, torchrun_command, torchrun_env
+from worker.launch import NodeLaunch, rank_secrets, torchrun_command, torchrun_env
 
 log = logging.getLogger(__name__)
 
@@ -283,9 +283,11 @@ class Follower:
         node = node_launch(self.settings, job.id, job.attempt, spec.parallel.nnodes, self.rank, endpoint)
         try:
             command = torchrun_command(spec, run_dir, job.attempt, self.settings, node=node)
+            secrets = rank_secrets(self.session, job.id, self.settings)
         except SpecError:
             return None  # node 0 fails the job with the same error
-        env = torchrun_env(job.id, job.attempt, run_dir, self.settings, spec, resume_from=job.resume_from, node=node)
+        env = torchrun_env(job.id, job.attempt, run_dir, self.settings, spec, resume_from=job.resume_from, node=node,
+                           secrets=secrets)
         log_path = run_dir / "logs" / f"attempt-{job.attempt}" / f"launcher-node-{self.rank}.log"
         proc = processes.spawn(command, env, cwd=run_dir, log_path=log_path)
         log.info("job %s node %d: torchrun pid %d joins %s", job.id, self.rank, proc.pid, endpoint, extra=self.extra)

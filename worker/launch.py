@@ -1,20 +1,32 @@
 """How a job becomes a torchrun command line and environment.
 
 Catalog jobs run ``-m trainer --spec ... --run-dir ...``; script jobs run the user's
-entrypoint (``FILE.py args...`` or ``-m MODULE args...``) under the same torchrun
-options, so lifecycle, logs, restarts and stopping are identical for both kinds.
+entrypoint through ``-m trainer.rank_bootstrap CODE_ROOT file|module TARGET args...`` (parent-death
+signal, code root on sys.path, the run directory off it) under the same torchrun options, so
+lifecycle, logs, restarts and stopping are identical for both kinds. A script job's code root is
+its unpacked bundle (``runs/<id>/code``) when it has ``code``, else TORCHYARD_CODE_DIR; a job with
+``requirements`` runs torchrun and its ranks with the Python of its environment (worker/venvs.py).
+
+The ranks' environment is the worker's without torchyard's own settings (they carry service
+credentials: database URL, admin token, secrets key), plus the job's allow-listed ``env``, its
+decrypted ``secrets`` and what torchyard tells every rank (job id, attempt, run directory).
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from sqlmodel import Session
+
+from jobs import bundles
+from jobs import secrets as job_secrets
 from jobs.settings import Settings
-from trainer.spec import JobSpec, ScriptJobSpec, SpecError, SpecProblem, env_problem, resolve_entrypoint
+from trainer.env_rules import env_name_problem, name_problem
+from trainer.spec import JobSpec, ScriptJobSpec, SpecError, SpecProblem, resolve_entrypoint
+from worker import venvs
 from worker.processes import JOB_MARK, NODE_MARK
 
 log = logging.getLogger(__name__)
@@ -24,6 +36,9 @@ ERROR_FILE = "error.json"
 # Read by trainer.report (the SDK): its presence means "running under torchyard", its value is where events go.
 RUN_DIR_ENV = "TORCHYARD_RUN_DIR"
 RESUME_FROM_ENV = "TORCHYARD_RESUME_FROM"  # read by trainer.report.resume_path() when the run has no checkpoint yet
+# TORCHYARD_* variables of the worker that reach the ranks: they configure the trainer, never the service.
+RANK_PASSTHROUGH = frozenset({"TORCHYARD_LOG_LEVEL", "TORCHYARD_FAULTS"})
+BOOTSTRAP = "trainer.rank_bootstrap"  # every script rank starts here (trainer/rank_bootstrap.py)
 
 
 @dataclass(frozen=True)
@@ -44,18 +59,19 @@ class NodeLaunch:
 
 
 def torchrun_command(spec: JobSpec | ScriptJobSpec, run_dir: Path, attempt: int, settings: Settings,
-                     node: NodeLaunch | None = None) -> list[str]:
+                     node: NodeLaunch | None = None, topology: list[str] | None = None) -> list[str]:
     """One node's torchrun invocation. ``--standalone`` picks a free port and a fresh
     rendezvous id, so two jobs on one host never join each other's rendezvous. A node of a
     multi-node job (``node``) joins its gang's c10d rendezvous instead; node 0 hosts its store
     (``is_host`` says so explicitly: on one machine every node would otherwise think it is the host).
+    ``topology`` replaces those flags where an engine places the nodes (the Slurm executor's c10d flags).
 
     Raises SpecError when a script's entrypoint no longer resolves under the code root:
     the root may have changed since the job was accepted, and nothing outside it may run."""
     p = spec.parallel
-    if node is None:
+    if topology is None and node is None:
         topology = ["--standalone", "--nnodes=1"]
-    else:
+    elif topology is None and node is not None:
         topology = [
             f"--nnodes={node.nnodes}", f"--node-rank={node.node_rank}", "--rdzv-backend=c10d",
             f"--rdzv-endpoint={node.endpoint}", f"--rdzv-id={node.rdzv_id}", f"--local-addr={node.local_addr}",
@@ -63,7 +79,7 @@ def torchrun_command(spec: JobSpec | ScriptJobSpec, run_dir: Path, attempt: int,
             f"--rdzv-conf=join_timeout={int(node.join_timeout_s)},is_host={'true' if node.node_rank == 0 else 'false'}",
         ]
     launcher = [
-        sys.executable, "-m", "torch.distributed.run",
+        venvs.interpreter(settings, _requirements(spec)), "-m", "torch.distributed.run",
         *topology,
         f"--nproc-per-node={p.nproc_per_node}",
         f"--max-restarts={spec.max_restarts}",
@@ -71,7 +87,7 @@ def torchrun_command(spec: JobSpec | ScriptJobSpec, run_dir: Path, attempt: int,
         "--redirects=3",
     ]
     if isinstance(spec, ScriptJobSpec):
-        return launcher + script_program(spec, settings.code_dir)
+        return launcher + script_program(spec, bundles.code_root(settings, spec, run_dir), frozenset(settings.script_modules))
     return launcher + [
         "-m", "trainer",
         "--spec", str(run_dir / SPEC_FILE),
@@ -79,39 +95,56 @@ def torchrun_command(spec: JobSpec | ScriptJobSpec, run_dir: Path, attempt: int,
     ]
 
 
-def script_program(spec: ScriptJobSpec, code_dir: Path) -> list[str]:
-    """What torchrun runs for a script job: the resolved file, or ``-m module``, then the args verbatim."""
+def _requirements(spec: JobSpec | ScriptJobSpec) -> list[str]:
+    return spec.requirements if isinstance(spec, ScriptJobSpec) else []
+
+
+def script_program(spec: ScriptJobSpec, code_root: Path, allowed_modules: frozenset[str] = frozenset()) -> list[str]:
+    """What torchrun runs for a script job: the rank bootstrap, told the code root and the resolved file or
+    module, then the args verbatim. ``code_root`` is the service's code root, or the job's unpacked bundle
+    (``bundles.code_root``)."""
     try:
-        entry = resolve_entrypoint(spec.entrypoint, code_dir)
+        entry = resolve_entrypoint(spec.entrypoint, code_root, allowed_modules)
     except ValueError as exc:
         raise SpecError([SpecProblem(("entrypoint",), f"{spec.entrypoint!r}: {exc}")]) from exc
+    root = str(code_root.resolve())
     if entry.module is not None:
-        return ["-m", entry.module, *spec.args]
+        return ["-m", BOOTSTRAP, root, "module", entry.module, *spec.args]
     assert entry.file is not None
-    # The resolved path, not the submitted one: a symlink swapped after this check cannot redirect torchrun.
-    return [str(entry.file), *spec.args]
+    # The resolved path, not the submitted one: a symlink swapped after this check cannot redirect the rank.
+    return ["-m", BOOTSTRAP, root, "file", str(entry.file), *spec.args]
+
+
+def rank_secrets(session: Session, job_id: str, settings: Settings) -> dict[str, str]:
+    """The job's secrets in clear, for torchrun_env only; SpecError when this worker cannot decrypt them
+    (no TORCHYARD_SECRETS_KEY here, or another one than the API's): retrying on this worker cannot help."""
+    try:
+        return job_secrets.load(session, job_id, settings)
+    except job_secrets.SecretsUnavailable as exc:
+        raise SpecError([SpecProblem(("secrets",), f"this worker cannot decrypt the job's secrets: {exc}")]) from None
 
 
 def torchrun_env(job_id: str, attempt: int, run_dir: Path, settings: Settings,
                  spec: JobSpec | ScriptJobSpec | None = None, resume_from: str | None = None,
-                 node: NodeLaunch | None = None) -> dict[str, str]:
-    """The environment of torchrun and every rank. For script jobs: the worker's environment without
-    torchyard's own settings (they carry service credentials), the job's allow-listed ``env``, the
-    code root on PYTHONPATH so its modules import, and ``resume_from`` (a retried job's inherited
-    checkpoint) for the SDK's resume_path(); the worker's own variables always win."""
-    env = dict(os.environ)
+                 node: NodeLaunch | None = None, secrets: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of torchrun and every rank: the worker's without torchyard's service settings,
+    the job's allow-listed ``env`` and its decrypted ``secrets`` (both checked again here: the policy may
+    have tightened since the job was accepted), ``PYTHONSAFEPATH=1`` (the run directory, the working
+    directory, stays off sys.path), and for script jobs the code root and ``resume_from`` (a retried
+    job's inherited checkpoint) for the SDK's resume_path(). The worker's own variables always win."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHYARD_") or k in RANK_PASSTHROUGH}
+    if spec is not None:
+        for section, values, rule in (("env", spec.env, env_name_problem), ("secrets", secrets or {}, name_problem)):
+            for name, value in values.items():
+                if rule(name) is None and "\x00" not in value:
+                    env[name] = value
+                else:
+                    log.warning("job %s: %s %s refused at launch", job_id, section, name, extra={"job_id": job_id})
     if isinstance(spec, ScriptJobSpec):
-        env = {k: v for k, v in env.items() if not k.startswith("TORCHYARD_")}
-        for name, value in spec.env.items():
-            # Checked at submission; checked again because the policy may have tightened since.
-            if env_problem(name) is None:
-                env[name] = value
-            else:
-                log.warning("job %s: env %s refused at launch", job_id, name, extra={"job_id": job_id})
-        code_dir = str(settings.code_dir.resolve())
-        inherited = os.environ.get("PYTHONPATH")
-        env["PYTHONPATH"] = code_dir + (os.pathsep + inherited if inherited else "")
-        env["TORCHYARD_CODE_DIR"] = code_dir
+        # The bootstrap puts the code root on sys.path (its argument); this tells the script where it is.
+        env["TORCHYARD_CODE_DIR"] = str(bundles.code_root(settings, spec, run_dir).resolve())
+        # After the tenant's env, so its requirements environment cannot be pointed elsewhere.
+        env.update(venvs.env_vars(settings, spec.requirements, os.environ.get("PATH", os.defpath)))
         if resume_from:
             env[RESUME_FROM_ENV] = resume_from
     env.update({
@@ -122,6 +155,7 @@ def torchrun_env(job_id: str, attempt: int, run_dir: Path, settings: Settings,
         "TORCHELASTIC_ERROR_FILE": str(run_dir / (node.error_file if node else ERROR_FILE)),
         "TORCHYARD_DATA_DIR": str(settings.data_dir.resolve()),
         "PYTHONUNBUFFERED": "1",
+        "PYTHONSAFEPATH": "1",
     })
     if node is not None:
         env[NODE_MARK] = str(node.node_rank)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from jobs.models import ErrorType
 from trainer.exit_codes import PREEMPTED_EXIT_CODE, SPEC_ERROR_EXIT_CODE
+from trainer.rank_output import OUTPUT_LOG
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +80,8 @@ def failure(exit_code: int | None, error_file: Path, launcher_log: Path, default
     message, traceback = read_error_file(error_file)
     launcher_tail = tail(launcher_log, 400)
     rank, rank_dir = root_cause(launcher_tail)
-    rank_tail = tail(rank_dir / "stderr.log") if rank_dir else ""
+    # output.log has the rank's stdout and stderr as printed, a native crash's last words included.
+    rank_tail = (tail(rank_dir / OUTPUT_LOG) or tail(rank_dir / "stderr.log")) if rank_dir else ""
     log_tail = rank_tail or "\n".join(launcher_tail.splitlines()[-LOG_TAIL_LINES:])
     kind = classify(exit_code, message, log_tail)
     if kind is ErrorType.TRAINING:

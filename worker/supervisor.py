@@ -37,10 +37,11 @@ from jobs.models import Attempt, ErrorType, Job, Status, utcnow
 from jobs.reconciler import worker_losses
 from jobs.settings import Settings, get_settings
 from jobs.states import TransitionRefused, transition
+from trainer.pdeathsig import set_not_dumpable
 from trainer.spec import AnySpec, SpecError, spec_from_dict
-from worker import outcome, processes
+from worker import job_code, outcome, processes
 from worker.gang import Leader, advertised_host, free_port, node_launch
-from worker.launch import ERROR_FILE, SPEC_FILE, NodeLaunch, torchrun_command, torchrun_env
+from worker.launch import ERROR_FILE, SPEC_FILE, NodeLaunch, rank_secrets, torchrun_command, torchrun_env
 from worker.tail import EventTail
 
 log = logging.getLogger(__name__)
@@ -55,6 +56,7 @@ def worker_id(settings: Settings) -> str:
 def supervise(job_id: str, attempt: int) -> str:
     """Entry point named in every RQ job (see jobs.queue.SUPERVISE)."""
     settings = get_settings()
+    set_not_dumpable()  # the work horse holds the service's settings; its jobs run as the same user
     engine = get_engine(settings.database_url)
     # RQ forks a work horse per job; connections inherited from the parent must not be shared.
     engine.dispose(close=False)
@@ -84,6 +86,7 @@ class Supervisor:
         # Set for a multi-node job once its gang assembled: this supervisor is node 0, the leader.
         self.gang: Leader | None = None
         self.node: int | None = None
+        self._setup_beat = 0.0  # next heartbeat while the job's environment is built
 
     # ------------------------------------------------------------ lifecycle
 
@@ -243,18 +246,24 @@ class Supervisor:
         self._prepare(job, spec, run_dir)
         launcher_log = run_dir / "logs" / f"attempt-{job.attempt}" / LAUNCHER_LOG
         self.tail = EventTail(run_dir / "events.jsonl")
+        try:  # the uploaded bundle and the requirements environment (worker/job_code.py)
+            job_code.prepare(self.settings, job, spec, run_dir, keep_going=lambda: self._setup_keep_going(job))
+        except (job_code.SetupFailed, job_code.SetupInterrupted) as exc:
+            return self._setup_ended(job, exc)
         node: NodeLaunch | None = None
         if self.gang is not None:
             host = advertised_host(self.settings)
             node = node_launch(self.settings, job.id, job.attempt, spec.parallel.nnodes, 0, f"{host}:{free_port(host)}")
         try:
             command = torchrun_command(spec, run_dir, job.attempt, self.settings, node=node)
+            secrets = rank_secrets(self.session, job.id, self.settings)
         except SpecError as exc:
             # The code root changed under an accepted job: nothing outside it may run, and retrying cannot help.
             if self.gang is not None:
                 self.gang.abort()
             return self._fail_or_retry(job, outcome.Failure(ErrorType.SPEC, str(exc), None, None), retry=False)
-        env = torchrun_env(job.id, job.attempt, run_dir, self.settings, spec, resume_from=job.resume_from, node=node)
+        env = torchrun_env(job.id, job.attempt, run_dir, self.settings, spec, resume_from=job.resume_from, node=node,
+                           secrets=secrets)
         proc = processes.spawn(command, env, cwd=run_dir, log_path=launcher_log)
         if self.gang is not None and node is not None:
             # spec.json is written and the job row says running: the followers may start.
@@ -291,6 +300,32 @@ class Supervisor:
         if failure.traceback is None:
             failure = self._gang_failure(run_dir, job.attempt) or failure
         return self._fail_or_retry(job, failure)
+
+    def _setup_keep_going(self, job: Job) -> bool:
+        """Polled while the job's environment is built: heartbeat now and then; False once the job must stop."""
+        now = time.monotonic()
+        if now >= self._setup_beat:
+            with contextlib.suppress(SQLAlchemyError):
+                if not self._heartbeat(job.attempt):
+                    return False
+                self._setup_beat = now + self.settings.lease_ttl_s / 3
+        with contextlib.suppress(SQLAlchemyError):
+            if self._status() == Status.CANCELLING:
+                return False
+        return not self.preempt_requested
+
+    def _setup_ended(self, job: Job, exc: Exception) -> str:
+        if self.gang is not None:
+            self.gang.abort()
+        if isinstance(exc, job_code.SetupFailed):
+            # Installing the same requirements again would fail the same way: no retry.
+            return self._fail_or_retry(job, outcome.Failure(ErrorType.SETUP, str(exc), None, None, exc.log_tail), retry=False)
+        if self._status() == Status.CANCELLING:
+            return self._finish(job, Status.CANCELLED, reason="cancelled by user", outcome="cancelled")
+        if self.preempt_requested:
+            return self._requeue(job, reason="worker stopped (preempted) while preparing the job", outcome_name="preempted",
+                                 consume_retry=False, exit_code=None)
+        return "lost ownership"
 
     def _watch(self, job: Job, spec: AnySpec, proc: subprocess.Popen[bytes]) -> str | None:
         """Loop until torchrun exits (None) or the attempt is ended here (the verdict)."""

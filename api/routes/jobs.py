@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-from pathlib import Path as FilePath
+import re
 from typing import Annotated
 
 from fastapi import APIRouter, Body, Header, HTTPException, Path, Query, Response
-from fastapi.responses import FileResponse
+from fastapi.responses import StreamingResponse
 
 from api.auth import PrincipalDep
 from api.deps import RedisDep, SessionDep, SettingsDep
 from api.schemas import CheckpointList, CheckpointOut, JobList, JobOut, MetricList, MetricOut
-from jobs import limits, service
+from jobs import artifacts, bundles, limits, service
 from jobs.models import Status
-from trainer.spec import AnySpec, SpecError, spec_problems
+from trainer.spec import AnySpec, SpecError, SpecProblem, spec_problems
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
@@ -29,6 +29,8 @@ SPEC_EXAMPLES = {"mlp": {"summary": "A small MLP on synthetic data, DDP on 2 pro
     "parallel": {"strategy": "ddp", "nproc_per_node": 2}, "train": {"epochs": 1, "global_batch_size": 32, "lr": 0.001},
     "labels": {"team": "vision"},
 }}}
+RangeHeader = Annotated[str | None, Header(alias="Range", max_length=200, description="One byte range, e.g. bytes=0-1023.")]
+_SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]")
 _FILE = {200: {"content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
                "description": "The safetensors file."}}
 
@@ -42,7 +44,9 @@ def submit_job(
     principal: PrincipalDep, session: SessionDep, redis: RedisDep, settings: SettingsDep, response: Response,
     idempotency_key: IdempotencyKey = None,
 ) -> JobOut:
-    problems = spec_problems(spec, settings.spec_limits())
+    problems = spec_problems(spec, bundles.spec_limits(settings, principal.owner, spec))  # a bundle is its code root
+    if not any(p.loc == ("queue",) for p in problems) and (why := principal.queue_problem(spec.queue)):
+        problems.append(SpecProblem(("queue",), why))
     if problems:
         raise SpecError(problems)
     sub = service.submit(session, redis, principal.owner, spec, idempotency_key=idempotency_key, settings=settings)
@@ -75,7 +79,7 @@ def list_jobs(
         page = service.list_jobs(session, principal.owner, status=status, name=name, labels=_labels(label), limit=limit, cursor=cursor)
     except ValueError as exc:
         raise HTTPException(422, f"cursor: {exc}") from exc
-    return JobList(items=[JobOut.of(j) for j in page.items], next_cursor=page.next_cursor)
+    return JobList(items=[JobOut.summary(j) for j in page.items], next_cursor=page.next_cursor)
 
 
 @router.get("/{job_id}", response_model=JobOut,
@@ -86,13 +90,19 @@ def get_job(job_id: JobId, principal: PrincipalDep, session: SessionDep, redis: 
 
 @router.post("/{job_id}/cancel", response_model=JobOut, summary="Cancel a queued or running job")
 def cancel_job(job_id: JobId, principal: PrincipalDep, session: SessionDep, redis: RedisDep) -> JobOut:
-    return JobOut.of(service.request_cancel(session, redis, principal.owner, job_id))
+    job = service.request_cancel(session, redis, principal.owner, job_id)
+    return JobOut.of(job, secrets=service.secret_names(session, job.id))
 
 
 @router.post("/{job_id}/retry", status_code=201, response_model=JobOut,
              summary="Run a finished job again, from its latest checkpoint, as a new job")
 def retry_job(job_id: JobId, principal: PrincipalDep, session: SessionDep, redis: RedisDep, settings: SettingsDep) -> JobOut:
-    service.get_job(session, principal.owner, job_id)  # 404 before the cap: another owner's job says nothing
+    old = service.get_job(session, principal.owner, job_id)  # 404 before the cap: another owner's job says nothing
+    # The queue may have been removed, or the key narrowed, since the job was submitted.
+    why = (None if old.queue in settings.queues else f"queue {old.queue!r} no longer exists; this service has: "
+           f"{', '.join(settings.queues)}") or principal.queue_problem(old.queue)
+    if why:
+        raise SpecError([SpecProblem(("queue",), why)])
     limits.check_submit(session, principal.owner, settings)  # a retry is a new queued job
     job = service.retry(session, redis, principal.owner, job_id)
     return JobOut.detail(service.job_detail(session, redis, settings, principal.owner, job.id))
@@ -122,21 +132,37 @@ def get_checkpoints(job_id: JobId, principal: PrincipalDep, session: SessionDep,
     return CheckpointList(items=[CheckpointOut.of(info, job.id) for info in service.checkpoint_infos(session, settings, job)])
 
 
-def _weights_response(job_id: str, step: int, path: FilePath) -> FileResponse:
-    return FileResponse(path, media_type="application/octet-stream", filename=f"{job_id}-step{step}-{path.name}")
+def _weights_response(job_id: str, step: int, opened: service.OpenedFile, range_header: str | None) -> StreamingResponse:
+    # Served from the descriptor opened under the run directory: the path is never looked up again.
+    name = _SAFE_NAME.sub("_", f"{job_id}-step{step}-{opened.name}")
+    headers = {"Content-Disposition": f'attachment; filename="{name}"', "Accept-Ranges": "bytes"}
+    try:
+        wanted = artifacts.byte_range(range_header, opened.size)
+    except artifacts.RangeNotSatisfiable:
+        opened.file.close()
+        raise HTTPException(416, f"Range: outside the file's {opened.size} bytes",
+                            headers={"Content-Range": f"bytes */{opened.size}"}) from None
+    start, end = wanted or (0, opened.size)
+    headers["Content-Length"] = str(end - start)
+    if wanted is not None:
+        headers["Content-Range"] = f"bytes {start}-{end - 1}/{opened.size}"
+    return StreamingResponse(artifacts.iter_file(opened.file, start, end), status_code=206 if wanted else 200,
+                             media_type="application/octet-stream", headers=headers)
 
 
-@router.get("/{job_id}/weights", response_class=FileResponse, responses=_FILE,
+@router.get("/{job_id}/weights", response_class=StreamingResponse, responses=_FILE,
             summary="Download the consolidated weights of the latest checkpoint that has them (the final one)")
-def get_final_weights(job_id: JobId, principal: PrincipalDep, session: SessionDep, settings: SettingsDep) -> FileResponse:
-    ckpt, path = service.weights_file(session, settings, principal.owner, job_id)
-    return _weights_response(job_id, ckpt.step, path)
+def get_final_weights(job_id: JobId, principal: PrincipalDep, session: SessionDep, settings: SettingsDep,
+                      range_header: RangeHeader = None) -> StreamingResponse:
+    ckpt, opened = service.weights_file(session, settings, principal.owner, job_id)
+    return _weights_response(job_id, ckpt.step, opened, range_header)
 
 
-@router.get("/{job_id}/checkpoints/{step}/weights", response_class=FileResponse, responses=_FILE,
+@router.get("/{job_id}/checkpoints/{step}/weights", response_class=StreamingResponse, responses=_FILE,
             summary="Download the consolidated weights file of one checkpoint")
 def get_checkpoint_weights(
     job_id: JobId, step: Annotated[int, Path(ge=0, le=2**62)], principal: PrincipalDep, session: SessionDep, settings: SettingsDep,
-) -> FileResponse:
-    ckpt, path = service.weights_file(session, settings, principal.owner, job_id, step)
-    return _weights_response(job_id, ckpt.step, path)
+    range_header: RangeHeader = None,
+) -> StreamingResponse:
+    ckpt, opened = service.weights_file(session, settings, principal.owner, job_id, step)
+    return _weights_response(job_id, ckpt.step, opened, range_header)

@@ -7,19 +7,24 @@ from typing import Annotated
 from fastapi import APIRouter, HTTPException, Path, Response
 
 from api.auth import ADMIN_OWNER, AdminDep
-from api.deps import SessionDep
+from api.deps import SessionDep, SettingsDep
 from api.schemas import KeyCreate, KeyCreated, KeyList, KeyOut
 from jobs import keys
+from trainer.spec import SpecError, SpecProblem
 
 router = APIRouter(prefix="/v1/keys", tags=["keys"])
 
 
 @router.post("", status_code=201, response_model=KeyCreated, summary="Create an API key for an owner (admin)")
-def create_key(body: KeyCreate, _: AdminDep, session: SessionDep) -> KeyCreated:
+def create_key(body: KeyCreate, _: AdminDep, session: SessionDep, settings: SettingsDep) -> KeyCreated:
     if body.owner == ADMIN_OWNER:
         # The admin owner is the TORCHYARD_ADMIN_TOKEN's; a key for it would look like admin but could not manage keys.
         raise HTTPException(422, f"owner: {ADMIN_OWNER!r} is reserved for TORCHYARD_ADMIN_TOKEN")
-    row, plain = keys.create_key(session, body.owner, body.name)
+    unknown = sorted(set(body.queues or []) - set(settings.queues))
+    if unknown:
+        raise SpecError([SpecProblem(("queues",), f"unknown queue {', '.join(map(repr, unknown))}; "
+                                                  f"this service has: {', '.join(settings.queues)}")])
+    row, plain = keys.create_key(session, body.owner, body.name, body.queues)
     return KeyCreated(**KeyOut.of(row).model_dump(), key=plain)
 
 

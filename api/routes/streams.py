@@ -1,7 +1,11 @@
 """Live streams of one job: ``/events`` (Server-Sent Events) and ``/logs`` (text, optionally followed).
 
 Both poll SQL (and the log file) every ``sse_poll_interval_s`` in short sessions of their own,
-so an open stream holds no database connection between polls.
+so an open stream holds no database connection between polls. At every poll the request's key
+is checked again (a revoked key's stream ends), each owner holds at most
+``max_streams_per_owner`` open streams per API process (429 beyond), and an event stream ends
+after ``stream_max_lifetime_s`` with a ``reconnect`` message that clients resume from with
+Last-Event-ID. A followed log ends with its attempt.
 """
 
 from __future__ import annotations
@@ -9,9 +13,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator
-from pathlib import Path as FilePath
-from typing import Annotated, Literal
+import os
+import time
+from collections.abc import AsyncIterator, Iterable, Iterator
+from typing import Annotated, BinaryIO, Literal
 
 from fastapi import APIRouter, Header, HTTPException, Path, Query, Request
 from fastapi.responses import StreamingResponse
@@ -20,9 +25,11 @@ from sqlmodel import Session
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.concurrency import run_in_threadpool
 
-from api.auth import PrincipalDep
+from api.auth import PrincipalDep, still_authorized
 from api.schemas import sse_event_schema
+from api.stream_slots import StreamSlots
 from jobs import artifacts, feed, service
+from jobs import job_logs as job_logs_files
 from jobs.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -34,7 +41,9 @@ _READ_MAX = 1 << 20
 _SSE_DOC = {200: {"description": (
     "text/event-stream. Events: `status` {status, reason, at, attempt} (the first message is the current status), "
     "`metric` {step, epoch, values, time}, `checkpoint` {step, epoch, path, created_at, details}, and `end` {status} "
-    "once the job is terminal, after which the stream closes. Every message's `id` resumes the stream after it."),
+    "once the job is terminal, after which the stream closes. `reconnect` {reason} ends a stream that reached its "
+    "maximum lifetime (TORCHYARD_STREAM_MAX_LIFETIME_S): reconnect with its id as Last-Event-ID. Every message's `id` "
+    "resumes the stream after it."),
     "content": {"text/event-stream": {"schema": sse_event_schema()}}}}
 _TEXT_DOC = {200: {"description": "The log as text; with follow=true, appended lines as they come until the attempt ends.",
                    "content": {"text/plain": {"schema": {"type": "string"}}}}}
@@ -43,6 +52,10 @@ _TEXT_DOC = {200: {"description": "The log as text; with follow=true, appended l
 def _in_session(engine: Engine, fn, *args):  # noqa: ANN001, ANN202
     with Session(engine, expire_on_commit=False) as session:
         return fn(session, *args)
+
+
+def _slots(request: Request) -> StreamSlots:
+    return request.app.state.stream_slots
 
 
 @router.get("/{job_id}/events", response_class=EventSourceResponse, responses=_SSE_DOC,
@@ -63,79 +76,152 @@ async def job_events(
         cursor = feed.Cursor.parse(raw) if raw else None
     except ValueError as exc:
         raise HTTPException(422, f"Last-Event-ID: {exc}") from exc
+    slot = _slots(request).acquire(principal.owner)
 
     async def stream() -> AsyncIterator[ServerSentEvent]:
         nonlocal cursor
-        if cursor is None:
-            first = await run_in_threadpool(_in_session, engine, feed.snapshot, job)
-            yield _sse(first)
-            cursor = feed.Cursor.parse(first.id)
-        while True:
-            batch = await run_in_threadpool(_in_session, engine, feed.poll, job_id, cursor)
-            for message in batch.messages:
-                yield _sse(message)
-            cursor = batch.cursor
-            if batch.ended:
-                return
-            if not batch.more:
-                await asyncio.sleep(settings.sse_poll_interval_s)
+        ends_at = time.monotonic() + settings.stream_max_lifetime_s
+        try:
+            if cursor is None:
+                first = await run_in_threadpool(_in_session, engine, feed.snapshot, job)
+                yield _sse(first)
+                cursor = feed.Cursor.parse(first.id)
+            while True:
+                # Every poll: a key revoked since the stream opened ends it.
+                if not await run_in_threadpool(still_authorized, request, principal):
+                    log.info("job %s: event stream ended, its API key is no longer valid", job_id, extra={"job_id": job_id})
+                    return
+                batch = await run_in_threadpool(_in_session, engine, feed.poll, job_id, cursor)
+                for message in batch.messages:
+                    yield _sse(message)
+                cursor = batch.cursor
+                if batch.ended:
+                    return
+                if time.monotonic() >= ends_at:
+                    yield _sse(feed.Message("reconnect", {"reason": "stream lifetime reached; reconnect with Last-Event-ID"},
+                                            cursor.encode()))
+                    return
+                if not batch.more:
+                    await asyncio.sleep(settings.sse_poll_interval_s)
+        finally:
+            slot.release()
 
-    return EventSourceResponse(stream(), ping=15, headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+    body = stream()
+    slot.bind(body)
+    return EventSourceResponse(body, ping=15, headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 
 
 def _sse(message: feed.Message) -> ServerSentEvent:
     return ServerSentEvent(data=json.dumps(message.data, separators=(",", ":")), event=message.event, id=message.id)
 
 
+def _open_logs(settings: Settings, job_id: str, relatives: list[str]) -> list[tuple[str, BinaryIO]]:
+    """The files of ``relatives`` that open (``artifacts.open_file``: no symlink followed), in order."""
+    opened = []
+    for relative in relatives:
+        try:
+            opened.append((relative, artifacts.open_file(settings, job_id, relative)))
+        except FileNotFoundError:
+            continue
+    return opened
+
+
+def _close_all(files: Iterable[BinaryIO]) -> None:
+    for f in files:
+        f.close()
+
+
+def _iter_files(ranges: list[tuple[BinaryIO, int, int]]) -> Iterator[bytes]:
+    """The byte ranges [start, end) of the open files one after another; closes them all, read or not."""
+    try:
+        for f, start, end in ranges:
+            yield from artifacts.iter_file(f, start, end)
+    finally:
+        _close_all(f for f, _, _ in ranges)
+
+
 @router.get("/{job_id}/logs", response_class=StreamingResponse, responses=_TEXT_DOC,
-            summary="The launcher log or one rank's log of an attempt; tail and follow")
+            summary="An attempt's log: every rank merged (default), one rank as printed, one stream, or the launcher's")
 async def job_logs(
     job_id: JobId,
     principal: PrincipalDep,
     request: Request,
-    rank: Annotated[int | None, Query(ge=0, le=65535, description="Global rank; omitted: torchrun's launcher log.")] = None,
-    stream: Annotated[Literal["stderr", "stdout"], Query(description="Which file of the rank (the trainer logs to stderr).")] = "stderr",
-    tail: Annotated[int | None, Query(ge=1, le=100_000, description="Only the last N lines.")] = None,
+    rank: Annotated[str | None, Query(pattern=r"^(launcher|[0-9]{1,5})$", description=(
+        "A global rank: its stdout and stderr as printed. `launcher`: torchrun's own log. "
+        "Omitted: every rank's output merged, each line prefixed `[rank N]`."))] = None,
+    stream: Annotated[Literal["stderr", "stdout"] | None, Query(
+        description="With a rank: only what its Python wrote to that stream.")] = None,
+    tail: Annotated[int | None, Query(ge=1, le=100_000, description="Only the last N lines (of each node's log, merged).")] = None,
     follow: Annotated[bool, Query(description="Keep sending appended lines until the attempt ends.")] = False,
     attempt: Annotated[int | None, Query(ge=1, le=10_000, description="Whole-job attempt; default the current one.")] = None,
 ) -> StreamingResponse:
     engine: Engine = request.app.state.engine
     settings: Settings = request.app.state.settings
+    if stream is not None and (rank is None or rank == job_logs_files.LAUNCHER):
+        raise HTTPException(422, "stream: needs a rank number; the merged and launcher logs are one stream")
     job, attempt = await run_in_threadpool(_in_session, engine, service.job_log, settings, principal.owner, job_id, attempt)
-    what = "launcher log" if rank is None else f"rank {rank} {stream}"
+    what = job_logs_files.describe(rank, stream)
 
-    def locate() -> FilePath | None:
-        return artifacts.log_file(settings, job.id, attempt, rank, stream)
+    def locate() -> list[str]:
+        return job_logs_files.files(settings, job.id, attempt, rank, stream)
 
-    path = await run_in_threadpool(locate)
-    if path is None and not follow:
+    # Each file opened once, without following a symlink anywhere; from here on only the descriptors are read.
+    opened = await run_in_threadpool(_open_logs, settings, job.id, await run_in_threadpool(locate))
+    if not opened and not follow:
         raise service.FileUnavailable(f"job {job_id} has no {what} for attempt {attempt} (yet)")
     headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no", "X-Log-Attempt": str(attempt)}
-    if path is not None and not follow:
-        size = path.stat().st_size
-        start = await run_in_threadpool(artifacts.tail_offset, path, tail) if tail else 0
-        return StreamingResponse(artifacts.iter_range(path, start, size), media_type="text/plain; charset=utf-8", headers=headers)
+    if not follow:
+        ranges = []
+        for _, f in opened:
+            size = os.fstat(f.fileno()).st_size
+            ranges.append((f, await run_in_threadpool(artifacts.tail_offset, f, tail, size) if tail else 0, size))
+        # A plain iterator: Starlette reads it in a thread, so file reads never block the event loop.
+        return StreamingResponse(_iter_files(ranges), media_type="text/plain; charset=utf-8", headers=headers)
+    try:
+        slot = _slots(request).acquire(principal.owner)
+    except BaseException:
+        _close_all(f for _, f in opened)
+        raise
 
     async def followed() -> AsyncIterator[bytes]:
-        current, offset = path, None
-        while True:
-            # Done is read before the file: the supervisor finishes writing before the status changes.
-            done = await run_in_threadpool(_in_session, engine, service.log_follow_done, job.id, attempt)
-            latest = await run_in_threadpool(locate)
-            if latest is not None and latest != current:
-                current, offset = latest, None  # torchrun restarted the ranks: follow the new restart's file
-            if current is not None:
-                if offset is None:
-                    offset = await run_in_threadpool(artifacts.tail_offset, current, tail) if tail else 0
-                while True:  # bounded reads, so a large backlog is streamed rather than held in memory
-                    chunk = await run_in_threadpool(artifacts.read_range, current, offset, offset + _READ_MAX)
-                    if chunk:
-                        offset += len(chunk)
-                        yield chunk
-                    if len(chunk) < _READ_MAX:
-                        break
-            if done:
-                return
-            await asyncio.sleep(settings.sse_poll_interval_s)
+        handles: dict[str, BinaryIO] = dict(opened)
+        offsets: dict[str, int] = {}
+        try:
+            while True:
+                if not await run_in_threadpool(still_authorized, request, principal):
+                    log.info("job %s: log stream ended, its API key is no longer valid", job_id, extra={"job_id": job_id})
+                    return
+                # Done is read before the files: the supervisor finishes writing before the status changes.
+                done = await run_in_threadpool(_in_session, engine, service.log_follow_done, job.id, attempt)
+                current = await run_in_threadpool(locate)  # a torchrun restart moves a rank to a new file
+                for relative in set(handles) - set(current):
+                    handles.pop(relative).close()
+                for relative, fresh in await run_in_threadpool(_open_logs, settings, job.id, [r for r in current if r not in handles]):
+                    handles[relative] = fresh
+                whole_lines = len(current) > 1 and not done  # several nodes' files: never mix half lines
+                for relative in current:
+                    f = handles.get(relative)
+                    if f is None:
+                        continue
+                    if relative not in offsets:
+                        end = os.fstat(f.fileno()).st_size
+                        offsets[relative] = await run_in_threadpool(artifacts.tail_offset, f, tail, end) if tail else 0
+                    while True:  # bounded reads, so a large backlog is streamed rather than held in memory
+                        chunk = await run_in_threadpool(artifacts.read_at, f, offsets[relative], _READ_MAX)
+                        if whole_lines and len(chunk) < _READ_MAX:
+                            chunk = chunk[:chunk.rfind(b"\n") + 1]
+                        if chunk:
+                            offsets[relative] += len(chunk)
+                            yield chunk
+                        if len(chunk) < _READ_MAX:
+                            break
+                if done:
+                    return
+                await asyncio.sleep(settings.sse_poll_interval_s)
+        finally:
+            _close_all(handles.values())
+            slot.release()
 
-    return StreamingResponse(followed(), media_type="text/plain; charset=utf-8", headers=headers)
+    body = followed()
+    slot.bind(body)
+    return StreamingResponse(body, media_type="text/plain; charset=utf-8", headers=headers)

@@ -378,10 +378,10 @@ function renderJob() {
 
   const world = (job.spec.parallel?.nproc_per_node ?? 1) * (job.spec.parallel?.nnodes ?? 1);
   const rankSel = $("log-rank");
-  if (rankSel.options.length !== world + 1) {
+  if (rankSel.options.length !== world + 2) {
     const ranks = Array.from({ length: world }, (_, r) => el("option", { value: String(r) }, `rank ${r}`));
-    rankSel.replaceChildren(el("option", { value: "launcher" }, "launcher"), ...ranks);
-    rankSel.value = "0"; // the trainer's own log is what people look for first
+    rankSel.replaceChildren(el("option", { value: "all" }, "all ranks"), ...ranks, el("option", { value: "launcher" }, "launcher"));
+    rankSel.value = "all"; // every rank's output as printed, each line prefixed [rank N]
   }
 
   const err = job.error;
@@ -487,9 +487,9 @@ async function loadCheckpoints(signal) {
 
 async function loadLogs(signal) {
   const pre = $("logs");
-  const rank = $("log-rank").value || "0";
+  const rank = $("log-rank").value || "all";
   const query = new URLSearchParams({ tail: "300" });
-  if (rank !== "launcher") query.set("rank", rank);
+  if (rank !== "all") query.set("rank", rank); // a rank number, or "launcher" for torchrun's own log
   try {
     const res = await api(`/v1/jobs/${current.id}/logs?${query}`, { signal, raw: true, headers: { Accept: "text/plain" } });
     const text = await res.text();
@@ -534,6 +534,7 @@ async function streamEvents(id, gen, signal) {
   let lastId = null;
   let failures = 0;
   while (gen === generation && !current.ended) {
+    let resumeNow = false;
     try {
       const headers = { Accept: "text/event-stream" };
       if (lastId) headers["Last-Event-ID"] = lastId;
@@ -553,7 +554,9 @@ async function streamEvents(id, gen, signal) {
           if (line === "") {
             if (event.data.length) {
               if (event.id !== null) lastId = event.id;
-              handleEvent(event.type, event.data.join("\n"), signal);
+              // "reconnect": the stream reached its lifetime on the server; the loop reopens it from lastId.
+              if (event.type === "reconnect") resumeNow = true;
+              else handleEvent(event.type, event.data.join("\n"), signal);
             }
             event = { type: "message", data: [], id: null };
             continue;
@@ -574,6 +577,7 @@ async function streamEvents(id, gen, signal) {
       if (err.status === 404) return; // the job is gone
     }
     if (current.ended || gen !== generation) return;
+    if (resumeNow) continue;
     failures += 1;
     await sleep(Math.min(500 * failures, 5000), signal); // dropped: resume from lastId
   }

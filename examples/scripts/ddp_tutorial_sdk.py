@@ -28,7 +28,7 @@ log = logging.getLogger("ddp_tutorial_sdk")
 
 # Fault injection for demos and torchyard's tests: crash when this epoch starts, unless the run resumed
 # from a snapshot. With `retries: 1`, the second attempt resumes and finishes.
-CRASH_AT_EPOCH = os.environ.get("DDP_DEMO_CRASH_AT_EPOCH")
+CRASH_AT_EPOCH = os.environ.get("APP_CRASH_AT_EPOCH")
 
 
 class MyTrainDataset(Dataset):
@@ -120,7 +120,7 @@ class Trainer:
     def train(self, max_epochs: int):
         for epoch in range(self.epochs_run, max_epochs):
             if CRASH_AT_EPOCH is not None and epoch == int(CRASH_AT_EPOCH) and not self.resumed:
-                raise RuntimeError(f"DDP_DEMO_CRASH_AT_EPOCH={CRASH_AT_EPOCH}: simulated crash")
+                raise RuntimeError(f"APP_CRASH_AT_EPOCH={CRASH_AT_EPOCH}: simulated crash")
             self._run_epoch(epoch)
             if self.global_rank == 0 and epoch % self.save_every == 0:
                 self._save_snapshot(epoch)

@@ -34,6 +34,7 @@ def test_detail_shows_attempts_and_transitions(client: TestClient, settings: Set
 
 
 def test_waiting_reason_names_the_cause(client: TestClient, settings: Settings) -> None:
+    settings.queues = ["default", "gpu-big"]  # TORCHYARD_QUEUES: a job for any other queue is refused
     first = client.post("/v1/jobs", json=mlp_spec()).json()
     assert first["queue_position"] == 0
     assert first["waiting_reason"] == "no worker is serving queue default"

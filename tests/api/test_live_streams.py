@@ -20,7 +20,7 @@ def test_events_and_logs_stream_live_from_the_real_server(services: Services, se
         log.write_text("first line\n")
 
         with client.stream("GET", f"/v1/jobs/{job['id']}/events") as events, \
-                client.stream("GET", f"/v1/jobs/{job['id']}/logs", params={"follow": "true"}) as logs:
+                client.stream("GET", f"/v1/jobs/{job['id']}/logs", params={"rank": "launcher", "follow": "true"}) as logs:
             assert events.status_code == 200 and logs.status_code == 200
             sse_lines, log_chunks = events.iter_lines(), logs.iter_bytes()
             # Both answer while the job is still running: they stream, they do not wait for the end.

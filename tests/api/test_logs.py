@@ -1,4 +1,5 @@
-"""GET /v1/jobs/{id}/logs: launcher and rank logs as torchrun lays them out; tail, follow, attempt."""
+"""GET /v1/jobs/{id}/logs: all ranks merged (the default), a rank as printed, one stream, the launcher log,
+as torchrun and the ranks lay them out; tail, follow, attempt."""
 
 from __future__ import annotations
 
@@ -26,6 +27,9 @@ def write_logs(run_dir: Path, attempt: int, torchrun_id: str = "none_abc123", re
             d.mkdir(parents=True, exist_ok=True)
             (d / "stderr.log").write_text("".join(f"a{attempt} r{restart} rank{rank} err {i}\n" for i in range(10)))
             (d / "stdout.log").write_text(f"a{attempt} r{restart} rank{rank} out\n")
+            if restart == restarts - 1:  # as printed: stdout and stderr in one file (trainer/rank_output.py)
+                (d / "output.log").write_text(f"a{attempt} rank{rank} printed\n" + (d / "stderr.log").read_text())
+    (base / "ranks.log").write_text("".join(f"[rank {r}] a{attempt} line {i}\n" for i in range(3) for r in range(ranks)))
 
 
 def test_launcher_and_rank_logs_with_tail(client: TestClient, settings: Settings) -> None:
@@ -35,18 +39,26 @@ def test_launcher_and_rank_logs_with_tail(client: TestClient, settings: Settings
     run_dir = start_job(settings, job["id"])
     write_logs(run_dir, 1, restarts=2)
 
-    launcher = client.get(base)
-    assert launcher.status_code == 200 and launcher.headers["content-type"].startswith("text/plain")
-    assert launcher.text.startswith("launcher of attempt 1\n") and launcher.text.endswith("launcher line 4\n")
-    assert client.get(base, params={"tail": 2}).text == "launcher line 3\nlauncher line 4\n"
-    assert client.get(base, params={"tail": 1000}).text == launcher.text
+    merged = client.get(base)  # the default: every rank, each line prefixed
+    assert merged.status_code == 200 and merged.headers["content-type"].startswith("text/plain")
+    assert merged.text.splitlines()[:2] == ["[rank 0] a1 line 0", "[rank 1] a1 line 0"]
+    assert client.get(base, params={"tail": 1}).text == "[rank 1] a1 line 2\n"
 
-    rank1 = client.get(base, params={"rank": 1}).text  # newest torchrun restart, stderr by default
-    assert rank1.splitlines()[0] == "a1 r1 rank1 err 0" and len(rank1.splitlines()) == 10
+    launcher = client.get(base, params={"rank": "launcher"})
+    assert launcher.text.startswith("launcher of attempt 1\n") and launcher.text.endswith("launcher line 4\n")
+    assert client.get(base, params={"rank": "launcher", "tail": 2}).text == "launcher line 3\nlauncher line 4\n"
+    assert client.get(base, params={"rank": "launcher", "tail": 1000}).text == launcher.text
+
+    rank1 = client.get(base, params={"rank": 1}).text  # newest torchrun restart, as printed by default
+    assert rank1.splitlines()[:2] == ["a1 rank1 printed", "a1 r1 rank1 err 0"] and len(rank1.splitlines()) == 11
     assert client.get(base, params={"rank": 1, "tail": 3}).text.splitlines() == [f"a1 r1 rank1 err {i}" for i in (7, 8, 9)]
+    assert client.get(base, params={"rank": 1, "stream": "stderr"}).text.splitlines()[0] == "a1 r1 rank1 err 0"
     assert client.get(base, params={"rank": 0, "stream": "stdout"}).text == "a1 r1 rank0 out\n"
     missing = client.get(base, params={"rank": 7})
     assert missing.status_code == 404 and "rank 7" in missing.json()["detail"]
+    for bad in ({"rank": "-1"}, {"rank": "all"}, {"stream": "stdout"}, {"rank": "launcher", "stream": "stderr"}):
+        refused = client.get(base, params=bad)
+        assert refused.status_code == 422, (bad, refused.text)
 
 
 def test_logs_of_an_earlier_attempt(client: TestClient, settings: Settings) -> None:
@@ -58,10 +70,11 @@ def test_logs_of_an_earlier_attempt(client: TestClient, settings: Settings) -> N
     start_job(settings, job["id"])
     write_logs(run_dir, 2, torchrun_id="none_def456")
     base = f"/v1/jobs/{job['id']}/logs"
-    assert client.get(base).text.startswith("launcher of attempt 2")
-    assert client.get(base, params={"attempt": 1}).text.startswith("launcher of attempt 1")
-    assert client.get(base, params={"attempt": 1, "rank": 0}).text.startswith("a1 r0 rank0")
-    assert client.get(base, params={"attempt": 2, "rank": 0}).text.startswith("a2 r0 rank0")
+    assert client.get(base, params={"rank": "launcher"}).text.startswith("launcher of attempt 2")
+    assert client.get(base, params={"rank": "launcher", "attempt": 1}).text.startswith("launcher of attempt 1")
+    assert client.get(base, params={"attempt": 1}).text.startswith("[rank 0] a1 line 0")
+    assert client.get(base, params={"attempt": 1, "rank": 0}).text.startswith("a1 rank0 printed")
+    assert client.get(base, params={"attempt": 2, "rank": 0, "stream": "stderr"}).text.startswith("a2 r0 rank0")
     assert client.get(base, params={"attempt": 3}).status_code == 404
 
 
@@ -74,7 +87,7 @@ def test_follow_streams_appended_lines_until_the_job_ends(client: TestClient, se
         run_dir = start_job(settings, job["id"])
         time.sleep(0.2)
         write_logs(run_dir, 1)
-        path = next(run_dir.glob("logs/attempt-1/*/attempt_0/0/stderr.log"))
+        path = next(run_dir.glob("logs/attempt-1/*/attempt_0/0/output.log"))
         for i in range(3):
             time.sleep(0.1)
             with path.open("a") as f:
@@ -101,7 +114,9 @@ def test_log_paths_cannot_leave_the_run_directory(client: TestClient, settings: 
     logs = run_dir / "logs" / "attempt-1"
     logs.mkdir(parents=True)
     os.symlink(secret, logs / "launcher.log")
-    resp = client.get(f"/v1/jobs/{job['id']}/logs")
-    assert resp.status_code == 404 and "top secret" not in resp.text
+    os.symlink(secret, logs / "ranks.log")
+    for rank in ("launcher", None):
+        resp = client.get(f"/v1/jobs/{job['id']}/logs", params={"rank": rank} if rank else {})
+        assert resp.status_code == 404 and "top secret" not in resp.text
     finish_job(settings, job["id"])
     assert client.get(f"/v1/jobs/{job['id']}/logs", params={"follow": "true"}).text == ""

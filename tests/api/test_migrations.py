@@ -14,7 +14,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlmodel import Session, SQLModel
 
-from jobs.db import _alembic_config, head_revision, init_db, make_engine
+from jobs.db import _BASELINE, _alembic_config, head_revision, init_db, make_engine, migrate
 from jobs.models import Job
 from tests.helpers import ROOT
 
@@ -80,11 +80,14 @@ def test_concurrent_starts_migrate_once(database_url: str) -> None:
 def test_a_create_all_database_is_adopted(database_url: str) -> None:
     engine = make_engine(database_url)
     try:
-        # The schema as the code made it before migrations (create_all), with a job in it.
-        SQLModel.metadata.create_all(engine)
-        with Session(engine) as s:
-            s.add(Job(id="legacy", owner="admin", name="old", spec={}))
-            s.commit()
+        # The schema as the code made it before migrations (create_all of the baseline's models, which
+        # later migrations extend), with a job in it, and no migration history.
+        migrate(engine, _BASELINE)
+        with engine.begin() as conn:
+            conn.execute(sa.text("DROP TABLE alembic_version"))
+            conn.execute(sa.text("INSERT INTO jobs (id, owner, name, kind, status, queue, spec, labels, attempt, max_attempts, "
+                                 "created_at, updated_at, last_seq, latest_metrics) VALUES ('legacy', 'admin', 'old', 'catalog', "
+                                 "'queued', 'default', '{}', '{}', 1, 1, CURRENT_TIMESTAMP, CURRENT_TIMESTAMP, 0, '{}')"))
         init_db(engine)
         assert _revision(engine) == head_revision()
         with Session(engine) as s:

@@ -25,8 +25,9 @@ def scrape(client: TestClient) -> dict[tuple[str, tuple[tuple[str, str], ...]], 
 
 
 def test_metrics_cover_jobs_queues_dispatch_ingest_and_requests(client: TestClient, settings: Settings) -> None:
+    settings.queues = ["default", "other"]
     jobs = [client.post("/v1/jobs", json=mlp_spec()).json()["id"] for _ in range(3)]
-    client.post("/v1/jobs", json=mlp_spec(queue="other"))
+    assert client.post("/v1/jobs", json=mlp_spec(queue="other")).status_code == 201
     start_job(settings, jobs[0])
     ingest(settings, jobs[0], [metric_event(1, 10), metric_event(2, 20)])
     m = scrape(client)

@@ -6,16 +6,19 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from safetensors.torch import load_file
 from typer.testing import CliRunner
 
 from cli.main import app
-from client import Client
+from client import Client, ClientConfig, load_config
+from tests.cli.conftest import cli
 from tests.helpers import ROOT, Services, wait_until
 
 pytestmark = pytest.mark.slow
@@ -32,24 +35,6 @@ TINY = {
 # Runs until cancelled (or for minutes on a very fast machine), logging often enough to follow.
 LONG = {**TINY, "name": "cli-long", "train": {**TINY["train"], "epochs": 100_000, "max_steps": 200_000, "log_every_steps": 20},
         "eval": {"every_steps": 200}, "checkpoint": {"every_steps": 1000, "keep_last": 1}}
-
-
-@pytest.fixture
-def database_url(sqlite_url: str) -> str:
-    return sqlite_url
-
-
-@pytest.fixture
-def live(services: Services) -> Services:
-    services.start_api()
-    services.start_worker()
-    return services
-
-
-def cli(services: Services, *args: str) -> tuple[int, str]:
-    env = {"TORCHYARD_URL": services.url, "TORCHYARD_API_KEY": services.headers["Authorization"].removeprefix("Bearer ")}
-    result = CliRunner().invoke(app, list(args), env=env)
-    return result.exit_code, result.output
 
 
 def write_spec(tmp_path: Path, spec: dict, name: str = "job.yaml") -> Path:
@@ -90,6 +75,57 @@ def test_submit_follow_status_ls_logs_metrics_and_plot(live: Services, tmp_path:
 
     code, out = cli(live, "cancel", job_id)
     assert code == 4 and "already succeeded" in out
+
+    # Weights: the latest that has them, or one step's; into a file or a directory.
+    target = tmp_path / "final.safetensors"
+    code, out = cli(live, "download", job_id, "-o", str(target), "--json")
+    assert code == 0, out
+    assert json.loads(out)["path"] == str(target) and json.loads(out)["size_bytes"] == target.stat().st_size
+    assert load_file(target)  # a real safetensors file with tensors in it
+    code, out = cli(live, "download", job_id, "--step", "32", "-o", str(tmp_path))
+    assert code == 0 and f"{job_id}-step32-" in out, out
+    code, out = cli(live, "download", job_id, "--step", "3")
+    assert code == 4 and "no checkpoint at step 3" in out
+
+    code, out = cli(live, "--version")
+    assert code == 0 and out.startswith("torchyard 0.")
+    code, out = cli(live, "--show-completion", "bash")
+    assert code == 0 and "complete -o default -F _torchyard_completion torchyard" in out
+    code, out = cli(live, "watch", job_id, "--json")
+    assert code == 0 and json.loads(out)["status"] == "succeeded"
+
+    # --json on what changes state; ls --all follows the cursor page by page.
+    code, out = cli(live, "retry", job_id, "--json")
+    assert code == 0, out
+    retried = json.loads(out)["id"]
+    code, out = cli(live, "cancel", retried, "--json")
+    assert code == 0 and json.loads(out)["status"] in ("cancelling", "cancelled"), out
+    code, out = cli(live, "ls", "--all", "--limit", "1", "--json")
+    assert code == 0 and [j["id"] for j in json.loads(out)["items"]] == [retried, job_id]
+    code, out = cli(live, "ls", "--limit", "1")
+    assert code == 0 and "--all" in out
+    code, out = cli(live, "keys", "create", "--owner", "ci", "--name", "robot", "--json")
+    key_id = json.loads(out)["id"]
+    code, out = cli(live, "keys", "revoke", key_id, "--json")
+    assert code == 0 and json.loads(out) == {"id": key_id, "revoked": True}
+
+
+def test_login_writes_the_config_file_the_cli_then_uses(live: Services, tmp_path: Path) -> None:
+    config = tmp_path / "home" / "torchyard" / "config.toml"
+    key = live.headers["Authorization"].removeprefix("Bearer ")
+    bare = {"TORCHYARD_URL": None, "TORCHYARD_API_KEY": None, "TORCHYARD_CONFIG": str(config)}
+
+    wrong = CliRunner().invoke(app, ["login", "--url", live.url], input="not-a-key\n", env=bare)
+    assert wrong.exit_code == 4 and not config.exists(), wrong.output  # a key the API refuses is never saved
+
+    result = CliRunner().invoke(app, ["login", "--url", live.url], input=f"{key}\n", env=bare)
+    assert result.exit_code == 0, result.output
+    assert key not in result.output  # typed hidden, never echoed
+    assert stat.S_IMODE(config.stat().st_mode) == 0o600
+    assert load_config(env={"TORCHYARD_CONFIG": str(config)}) == ClientConfig(url=live.url, api_key=key, source=str(config))
+
+    listed = CliRunner().invoke(app, ["ls", "--json"], env=bare)  # no URL or key but the file's
+    assert listed.exit_code == 0 and json.loads(listed.output)["items"] == [], listed.output
 
 
 def test_cancel_while_following_and_a_failing_job(live: Services, tmp_path: Path) -> None:

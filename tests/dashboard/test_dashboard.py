@@ -49,8 +49,9 @@ def database_url(sqlite_url: str) -> str:
 def playwright_core() -> Path:
     if not CHROMIUM:
         pytest.skip("no Chromium on PATH: apt-get install chromium (the dashboard test drives the system browser)")
-    if shutil.which("node") is None:
-        pytest.fail("node is needed to drive Chromium with playwright-core; install Node.js")
+    missing = [tool for tool in ("node", "npm") if shutil.which(tool) is None]
+    if missing:
+        pytest.skip(f"no {' or '.join(missing)} on PATH: `make install-browser` installs Chromium, Node.js and npm")
     module = DASHBOARD / "node_modules" / "playwright-core"
     if not module.is_dir():
         # The lock pins playwright-core; it never downloads a browser of its own.

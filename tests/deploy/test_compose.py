@@ -14,7 +14,7 @@ import pytest
 from tests.deploy import composefile
 from tests.deploy.composefile import COMPOSE_FILE, CPU_OVERRIDE, ENV_EXAMPLE, ROOT, InterpolationError
 
-SECRETS = ("TORCHYARD_ADMIN_TOKEN", "POSTGRES_PASSWORD")
+SECRETS = ("TORCHYARD_ADMIN_TOKEN", "POSTGRES_PASSWORD", "REDIS_PASSWORD")
 RUNS_MOUNT = "/var/lib/torchyard/runs"
 
 
@@ -30,7 +30,7 @@ def cpu_override() -> dict[str, Any]:
 
 def _test_env() -> dict[str, str]:
     env = composefile.read_env_file(ENV_EXAMPLE)
-    env.update(TORCHYARD_ADMIN_TOKEN="t0ken", POSTGRES_PASSWORD="pw")
+    env.update(TORCHYARD_ADMIN_TOKEN="t0ken", POSTGRES_PASSWORD="pw", REDIS_PASSWORD="rpw")
     return env
 
 
@@ -50,6 +50,20 @@ def test_redis_keeps_queued_work(compose: dict[str, Any]) -> None:
     assert "--maxmemory-policy noeviction" in command
     assert redis["healthcheck"]["test"]
     assert any(v.endswith(":/data") for v in redis["volumes"])
+
+
+def test_redis_requires_the_password_every_client_uses(compose: dict[str, Any], cpu_override: dict[str, Any]) -> None:
+    env = _test_env()
+    redis = composefile.interpolate_tree(compose["services"]["redis"], env)
+    command = redis["command"]
+    assert command[command.index("--requirepass") + 1] == "rpw"
+    # The healthcheck authenticates (REDISCLI_AUTH) and accepts only PONG, not a NOAUTH error.
+    assert composefile.environment(redis)["REDISCLI_AUTH"] == "rpw"
+    assert "PONG" in " ".join(redis["healthcheck"]["test"])
+    services = {**compose["services"], "worker-cpu": cpu_override["services"]["worker-cpu"]}
+    for name in ("api", "worker", "worker-cpu"):
+        url = composefile.environment(composefile.interpolate_tree(services[name], env))["TORCHYARD_REDIS_URL"]
+        assert url == "redis://:rpw@redis:6379/0", name
 
 
 def test_postgres_has_a_healthcheck_and_a_volume(compose: dict[str, Any]) -> None:
@@ -93,7 +107,7 @@ def test_api_service(compose: dict[str, Any]) -> None:
     env = composefile.environment(api)
     assert env["TORCHYARD_ADMIN_TOKEN"] == "t0ken"
     assert env["TORCHYARD_DATABASE_URL"] == "postgresql+psycopg://torchyard:pw@postgres:5432/torchyard"
-    assert env["TORCHYARD_REDIS_URL"] == "redis://redis:6379/0"
+    assert env["TORCHYARD_REDIS_URL"] == "redis://:rpw@redis:6379/0"
     assert any(v.endswith(":" + RUNS_MOUNT) for v in api["volumes"])
 
 

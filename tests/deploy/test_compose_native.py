@@ -1,9 +1,9 @@
 """docker-compose.yml's api and worker, run natively: their commands and environment, read from the
 compose file, against a real Redis and PostgreSQL, training a real 2-process DDP job.
 
-No Docker engine runs in CI, so this proves the wiring instead: the database and Redis URLs the
-compose file builds, the settings both services get, the shared runs volume, the API's image
-healthcheck and that the API runs without torch. Only what a container would change is rewritten:
+Where no Docker engine runs (test_compose_real.py is then skipped), this still proves the wiring:
+the database and Redis URLs the compose file builds, the settings both services get, the shared
+runs volume, the API's image healthcheck and that the API runs without torch. Only what a container would change is rewritten:
 service hostnames become the local servers, volume mount points become temporary directories
 (one per named volume, shared by every service that mounts it), and `python` is this interpreter.
 """
@@ -133,7 +133,8 @@ def _published_port(ports: list[str]) -> int:
 def test_compose_api_and_worker_train_a_job(tmp_path: Path, database_url: str, redis_url: str) -> None:
     compose = composefile.load()
     env = composefile.read_env_file(ENV_EXAMPLE)
-    env.update(TORCHYARD_ADMIN_TOKEN=TOKEN, POSTGRES_PASSWORD="unused-locally", TORCHYARD_API_PORT=str(free_port()),
+    env.update(TORCHYARD_ADMIN_TOKEN=TOKEN, POSTGRES_PASSWORD="unused-locally", REDIS_PASSWORD="unused-locally",
+               TORCHYARD_API_PORT=str(free_port()),
                TORCHYARD_MAX_NPROC_PER_NODE="2")
     volumes, logs = tmp_path / "volumes", tmp_path / "logs"
     api = ComposeService("api", compose, env, volumes, logs)

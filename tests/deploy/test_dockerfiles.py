@@ -1,8 +1,8 @@
 """The Dockerfiles: hadolint clean, non-root, what each image must and must not contain.
 
-No Docker engine runs in CI, so the images are checked by reading them, and the one property
-that matters most at run time (the api never imports torch) is checked by importing it here
-with torch made unimportable.
+These checks need no Docker engine (test_compose_real.py builds and runs the images where one
+answers): the files are read, and the one property that matters most at run time (the api never
+imports torch) is checked by importing it here with torch made unimportable.
 """
 
 from __future__ import annotations
@@ -105,11 +105,25 @@ def test_api_image_has_a_healthcheck_on_its_port() -> None:
     assert checks and "127.0.0.1:8000/" in checks[0]
 
 
-def test_worker_image_installs_cuda_torch_with_a_cpu_variant() -> None:
+def test_worker_image_installs_cuda_torch_from_a_chosen_index() -> None:
     args = dict(a.split("=", 1) for op, a in _instructions(WORKER) if op == "ARG" and "=" in a)
     assert args["TORCH_VARIANT"].startswith("cu12"), "the default worker image is built for CUDA 12"
+    # Empty by default, and empty from compose when .env leaves it unset: the PyTorch index of the variant.
+    assert args["TORCH_INDEX_URL"] == ""
     runs = " ".join(a for op, a in _instructions(WORKER) if op == "RUN")
-    assert '--index-url "https://download.pytorch.org/whl/${TORCH_VARIANT}" "torch==${TORCH_VERSION}"' in runs
+    assert '--index-url "${TORCH_INDEX_URL:-https://download.pytorch.org/whl/${TORCH_VARIANT}}" "torch==${TORCH_VERSION}"' in runs
+
+
+def test_worker_image_checks_itself_at_build_time() -> None:
+    """Every catalog job path runs while the image builds, after the last install, as the runtime user."""
+    stage = _final_stage(WORKER)
+    runs = [(i, a) for i, (op, a) in enumerate(stage) if op == "RUN"]
+    selfcheck = next(i for i, a in runs if "python -m trainer.selfcheck" in a)
+    last_install = max(i for i, a in runs if "pip install" in a)
+    user = max(i for i, (op, _) in enumerate(stage) if op == "USER")
+    assert last_install < user < selfcheck
+    assert any("pip check" in a for _, a in runs)
+    assert any("torch.compile" in a for _, a in runs), "train.compile needs a working compiler in the image"
 
 
 @pytest.mark.parametrize(("path", "service"), [(API, "api"), (WORKER, "worker")], ids=["api", "worker"])

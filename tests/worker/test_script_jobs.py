@@ -47,7 +47,7 @@ def test_sdk_script_reports_metrics_and_checkpoints_and_resumes_on_retry(service
     services.start_api()
     services.start_worker()
     spec = script_spec("ddp-sdk", "ddp_tutorial_sdk.py", ["4", "1"], retries=1,
-                       env={"DDP_DEMO_CRASH_AT_EPOCH": "2"})  # the first attempt crashes after two snapshots
+                       env={"APP_CRASH_AT_EPOCH": "2"})  # the first attempt crashes after two snapshots
     with services.client() as client:
         created = client.post("/v1/jobs", json=spec)
         assert created.status_code == 201, created.text

@@ -1,30 +1,35 @@
-"""Script specs without services: the kind union, entrypoint resolution against the code root, the env
-policy, and the torchrun command and environment the worker builds from them."""
+"""Script specs without services: the kind union, entrypoint resolution against the code root and the
+operator's module allow-list, the env allow-list, and the torchrun command and environment the worker
+builds from them."""
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from cryptography.fernet import Fernet
 from pydantic import ValidationError
 
 from jobs.settings import Settings
 from tests.helpers import ROOT
+from trainer.env_rules import env_name_problem, name_problem
 from trainer.spec import (
     JobSpec,
     ScriptJobSpec,
     SpecError,
     SpecLimits,
-    env_problem,
     parse_spec,
     resolve_entrypoint,
     spec_from_dict,
     spec_problems,
 )
-from worker.launch import RESUME_FROM_ENV, RUN_DIR_ENV, torchrun_command, torchrun_env
+from worker import venvs
+from worker.launch import BOOTSTRAP, RESUME_FROM_ENV, RUN_DIR_ENV, torchrun_command, torchrun_env
 
 CATALOG = {"name": "c", "model": {"name": "mlp"}, "data": {"name": "synthetic-classification"}}
 
@@ -69,7 +74,7 @@ def test_kind_defaults_to_catalog_and_errors_name_fields_without_the_tag() -> No
 
 
 def test_shared_fields_live_on_the_base_once() -> None:
-    shared = {"name", "parallel", "max_restarts", "retries", "timeout_s", "stall_timeout_s", "queue", "labels"}
+    shared = {"name", "parallel", "max_restarts", "retries", "timeout_s", "stall_timeout_s", "queue", "labels", "env", "secrets"}
     assert shared <= set(JobSpec.model_fields) & set(ScriptJobSpec.model_fields)
     assert {"model", "data", "train"}.isdisjoint(ScriptJobSpec.model_fields)
 
@@ -80,7 +85,10 @@ def test_entrypoints_resolve_under_the_code_root(code: Path, tmp_path: Path) -> 
     fit = resolve_entrypoint("pkg.sub.fit", code)
     assert (fit.module, fit.file) == ("pkg.sub.fit", (code / "pkg" / "sub" / "fit.py").resolve())
     assert resolve_entrypoint("app", code).file == (code / "app" / "__main__.py").resolve()
-    assert resolve_entrypoint("yaml.composer", code).module == "yaml.composer"  # installed, not in the code root
+    # An installed module runs only when the operator lists it, by its exact name.
+    listed = frozenset({"yaml.composer"})
+    assert resolve_entrypoint("yaml.composer", code, listed) == resolve_entrypoint("yaml.composer", None, listed)
+    assert resolve_entrypoint("yaml.composer", code, listed).module == "yaml.composer"
 
     (tmp_path / "outside.py").write_text("pass\n")
     (tmp_path / "outpkg").mkdir()
@@ -93,20 +101,22 @@ def test_entrypoints_resolve_under_the_code_root(code: Path, tmp_path: Path) -> 
     refused = {
         "../outside.py": "'..'", "pkg/../train.py": "'..'", str(tmp_path / "outside.py"): "outside the code root",
         "link.py": "outside the code root", "pkg.evil": "outside the code root", "lpkg.m": "__init__.py resolves outside",
-        "nope.py": "no such file", "pkg.nope": "no module", "os": "standard-library", "torch.utils.bottleneck": "cannot be run",
-        "trainer": "cannot be run", "yaml": "without __main__", "pkg/train": "dotted module name",
-        "no_such_module_anywhere": "no module", "yaml.nope": "no module",
+        "nope.py": "no such file", "pkg.nope": "no module", "pkg/train": "dotted module name",
     }
+    # Installed modules the operator did not list, whatever they are: launchers, the standard library, torchyard.
+    for module in ("os", "runpy", "dotenv", "pygments", "rich.syntax", "watchfiles", "typer", "mako.cmd", "alembic", "pip",
+                   "torch.utils.bottleneck", "trainer", "yaml", "yaml.nope", "no_such_module_anywhere"):
+        refused[module] = "TORCHYARD_SCRIPT_MODULES"
     for entrypoint, why in refused.items():
         with pytest.raises(ValueError, match=why):
-            resolve_entrypoint(entrypoint, code)
+            resolve_entrypoint(entrypoint, code, frozenset({"yaml.composer"}))
     with pytest.raises(ValueError, match="code root"):
         resolve_entrypoint("train.py", None)
 
 
 def test_checking_a_module_imports_nothing(code: Path) -> None:
     # The API process must not run a package's __init__ just to check an entrypoint; a fresh interpreter shows it.
-    probe = ("import sys; from trainer.spec import resolve_entrypoint; resolve_entrypoint('yaml.composer', None); "
+    probe = ("import sys; from trainer.spec import resolve_entrypoint; resolve_entrypoint('yaml.composer', None, {'yaml.composer'}); "
              "assert 'yaml' not in sys.modules, 'imported'")
     subprocess.run([sys.executable, "-c", probe], check=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
     # A package in the code root with an __init__ that would raise on import is checked without running it.
@@ -116,27 +126,52 @@ def test_checking_a_module_imports_nothing(code: Path) -> None:
     assert resolve_entrypoint("boom.run", code).file == (code / "boom" / "run.py").resolve()
 
 
-@pytest.mark.parametrize("name", ["PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONBREAKPOINT", "LD_PRELOAD", "LD_LIBRARY_PATH",
-                                  "DYLD_INSERT_LIBRARIES", "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "TORCHYARD_JOB_ID", "TORCHYARD_ADMIN_TOKEN",
-                                  "TORCHELASTIC_ERROR_FILE", "MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK",
-                                  "CUDA_VISIBLE_DEVICES", "NCCL_NET_PLUGIN", "TORCHINDUCTOR_CACHE_DIR", "PATH", "BASH_ENV", "1BAD", "A-B"])
-def test_env_names_that_change_code_loading_are_refused(name: str) -> None:
-    assert env_problem(name)
+# The issue's list (each makes torch, NCCL, UCX or Python write or load a file of the caller's choosing), the loader and
+# interpreter hooks, torchrun's and torchyard's own variables, and names on no allow-list at all.
+@pytest.mark.parametrize("name", [
+    "NCCL_DEBUG_FILE", "NCCL_TOPO_DUMP_FILE", "NCCL_TOPO_FILE", "NCCL_NET_PLUGIN", "NCCL_CONF_FILE", "TORCH_LOGS_OUT", "TORCH_TRACE",
+    "TMPDIR", "TORCH_COMPILE_DEBUG_DIR", "PYTORCH_KERNEL_CACHE_PATH", "UCX_MODULE_DIR", "TORCHINDUCTOR_CACHE_DIR", "TORCH_HOME",
+    "TORCH_EXTENSIONS_DIR", "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONBREAKPOINT",
+    "PYTHONWARNINGS", "LD_PRELOAD", "LD_LIBRARY_PATH", "DYLD_INSERT_LIBRARIES", "PATH", "HOME", "BASH_ENV",
+    "TORCHYARD_JOB_ID", "TORCHYARD_ADMIN_TOKEN", "TORCHELASTIC_ERROR_FILE", "MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE",
+    "LOCAL_RANK", "CUDA_VISIBLE_DEVICES", "WANDB_DIR", "WANDB_CACHE_DIR", "HF_HOME", "HF_DATASETS_CACHE", "HF_TOKEN_PATH",
+    "TRANSFORMERS_CACHE", "APP_OUTPUT_DIR", "MY_SETTING", "1BAD", "A-B",
+])
+def test_env_names_outside_the_allow_list_are_refused(name: str) -> None:
+    assert env_name_problem(name)
+    assert name_problem(name)  # secrets follow the same name rules
 
 
-@pytest.mark.parametrize("name", ["WANDB_MODE", "HF_HUB_OFFLINE", "NCCL_DEBUG", "OMP_NUM_THREADS", "PYTHONHASHSEED", "MY_SETTING",
-                                  "PYTORCH_CUDA_ALLOC_CONF", "TORCH_DISTRIBUTED_DEBUG"])
-def test_ordinary_env_names_are_allowed(name: str) -> None:
-    assert env_problem(name) is None
+@pytest.mark.parametrize("name", ["WANDB_MODE", "WANDB_PROJECT", "HF_HUB_OFFLINE", "NCCL_DEBUG", "NCCL_SOCKET_IFNAME", "OMP_NUM_THREADS",
+                                  "PYTHONHASHSEED", "APP_SETTING", "PYTORCH_CUDA_ALLOC_CONF", "TORCH_DISTRIBUTED_DEBUG",
+                                  "CUDA_LAUNCH_BLOCKING"])
+def test_allowed_env_names(name: str) -> None:
+    assert env_name_problem(name) is None
+
+
+def test_credentials_belong_in_secrets_not_env() -> None:
+    for name in ("WANDB_API_KEY", "HF_TOKEN", "APP_DB_PASSWORD"):
+        assert "secrets" in (env_name_problem(name) or "")
+        assert name_problem(name) is None
 
 
 def test_spec_problems_name_each_field(code: Path) -> None:
     limits = SpecLimits(code_dir=code, max_nproc_per_node=2)
-    spec = script(entrypoint="../x.py", env={"LD_PRELOAD": "/x.so", "OK": "1", "NUL": "a\x00b"}, args=["ok", "a\x00"],
-                  parallel={"nproc_per_node": 4}, labels={"bad key": "v"})
+    spec = script(entrypoint="../x.py", env={"LD_PRELOAD": "/x.so", "APP_OK": "1", "APP_NUL": "a\x00b"}, args=["ok", "a\x00"],
+                  parallel={"nproc_per_node": 4}, labels={"bad key": "v"}, secrets={"TMPDIR": "/x", "HF_TOKEN": "t"})
     fields = sorted(p.field for p in spec_problems(spec, limits))
-    assert fields == ["args.1", "entrypoint", "env.LD_PRELOAD", "env.NUL", "labels.bad key", "parallel.nproc_per_node"]
-    assert spec_problems(script(env={"OK": "1"}), limits) == []
+    assert fields == ["args.1", "entrypoint", "env.APP_NUL", "env.LD_PRELOAD", "labels.bad key", "parallel.nproc_per_node",
+                      "secrets.TMPDIR"]
+    assert spec_problems(script(env={"APP_OK": "1"}), limits) == []
+    # Totals are capped, each naming its field; no message quotes a secret's value.
+    big = script(args=["x" * 4000] * 20, env={f"APP_{i}": "v" * 4000 for i in range(10)}, secrets={"HF_TOKEN": "s" * 8000} | {
+        f"APP_S{i}": "s" * 8000 for i in range(8)})
+    problems = spec_problems(big, limits)
+    assert sorted(p.field for p in problems) == ["args", "env", "secrets"]
+    assert all("sss" not in p.msg for p in problems)
+    assert [p.field for p in spec_problems(script(secrets={"HF_TOKEN": "t"}), SpecLimits(code_dir=code, secrets_allowed=False))] == [
+        "secrets"]
+    assert [p.field for p in spec_problems(script(queue="gpu"), SpecLimits(code_dir=code, queues=frozenset({"default"})))] == ["queue"]
     with pytest.raises(SpecError, match="entrypoint"):
         parse_spec({"kind": "script", "name": "s", "entrypoint": "missing.py"}, limits)
     assert isinstance(parse_spec('{"kind": "script", "name": "s", "entrypoint": "train.py"}', limits), ScriptJobSpec)
@@ -148,8 +183,22 @@ def test_torchrun_runs_the_resolved_file_or_module_with_args_verbatim(code: Path
     cmd = torchrun_command(script(args=["--lr", "0.1; rm -rf /", "$HOME"], parallel={"nproc_per_node": 2}), run_dir, 1, settings)
     assert cmd[:3] == [sys.executable, "-m", "torch.distributed.run"]
     assert "--nproc-per-node=2" in cmd and f"--log-dir={run_dir / 'logs' / 'attempt-1'}" in cmd
-    assert cmd[-4:] == [str((code / "train.py").resolve()), "--lr", "0.1; rm -rf /", "$HOME"]
-    assert torchrun_command(script(entrypoint="pkg.sub.fit", args=["x"]), run_dir, 2, settings)[-3:] == ["-m", "pkg.sub.fit", "x"]
+    root = str(code.resolve())
+    # Every script rank starts in the bootstrap (output as printed, parent-death signal, code root on sys.path).
+    assert cmd[-8:] == ["-m", BOOTSTRAP, root, "file", str((code / "train.py").resolve()), "--lr", "0.1; rm -rf /", "$HOME"]
+    assert torchrun_command(script(entrypoint="pkg.sub.fit", args=["x"]), run_dir, 2, settings)[-6:] == [
+        "-m", BOOTSTRAP, root, "module", "pkg.sub.fit", "x"]
+    # A job with an uploaded bundle resolves inside the run directory's unpacked copy, never the code root,
+    # and that copy is the code root its ranks are given.
+    bundled = script(code="sha256:" + "a" * 64)
+    with pytest.raises(SpecError, match="entrypoint"):
+        torchrun_command(bundled, run_dir, 1, settings)
+    (run_dir / "code").mkdir(parents=True)
+    (run_dir / "code" / "train.py").write_text("pass\n")
+    bundle_root = str((run_dir / "code").resolve())
+    assert torchrun_command(bundled, run_dir, 1, settings)[-5:] == [
+        "-m", BOOTSTRAP, bundle_root, "file", str((run_dir / "code" / "train.py").resolve())]
+    assert torchrun_env("j1", 1, run_dir, settings, bundled)["TORCHYARD_CODE_DIR"] == bundle_root
     catalog = torchrun_command(spec_from_dict(CATALOG), run_dir, 1, settings)
     assert catalog[-6:] == ["-m", "trainer", "--spec", str(run_dir / "spec.json"), "--run-dir", str(run_dir)]
 
@@ -161,21 +210,74 @@ def test_torchrun_runs_the_resolved_file_or_module_with_args_verbatim(code: Path
         torchrun_command(script(), run_dir, 1, settings)
 
 
-def test_script_env_has_the_job_env_and_code_root_but_no_service_settings(code: Path, tmp_path: Path,
-                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_rank_env_has_the_job_env_and_secrets_but_no_service_settings(code: Path, tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TORCHYARD_ADMIN_TOKEN", "secret")
     monkeypatch.setenv("TORCHYARD_DATABASE_URL", "postgresql://user:pw@db/x")
+    monkeypatch.setenv("TORCHYARD_SECRETS_KEY", Fernet.generate_key().decode())
+    monkeypatch.setenv("TORCHYARD_LOG_LEVEL", "DEBUG")
     monkeypatch.setenv("PYTHONPATH", "/srv/torchyard")
     settings = Settings(code_dir=code, data_dir=tmp_path / "data", runs_dir=tmp_path / "runs")
     run_dir = tmp_path / "runs" / "j1"
-    env = torchrun_env("j1", 3, run_dir, settings, script(env={"WANDB_MODE": "offline", "RANK": "7"}), resume_from="/runs/old/a.pt")
-    assert "TORCHYARD_ADMIN_TOKEN" not in env and "TORCHYARD_DATABASE_URL" not in env
-    assert env["WANDB_MODE"] == "offline"
-    assert env.get("RANK") == os.environ.get("RANK")  # refused at launch too, whatever the stored spec says
-    assert env["PYTHONPATH"] == f"{code.resolve()}{os.pathsep}/srv/torchyard"
+    spec = script(env={"WANDB_MODE": "offline", "RANK": "7", "NCCL_DEBUG_FILE": "/tmp/x"})
+    env = torchrun_env("j1", 3, run_dir, settings, spec, resume_from="/runs/old/a.pt",
+                       secrets={"HF_TOKEN": "hf_x", "LD_PRELOAD": "/evil.so"})
+    assert not {"TORCHYARD_ADMIN_TOKEN", "TORCHYARD_DATABASE_URL", "TORCHYARD_SECRETS_KEY"} & set(env)
+    assert env["TORCHYARD_LOG_LEVEL"] == "DEBUG"  # configures the trainer, not the service
+    assert (env["WANDB_MODE"], env["HF_TOKEN"]) == ("offline", "hf_x")
+    # Refused at launch too, whatever the stored spec or secrets say.
+    assert env.get("RANK") == os.environ.get("RANK") and "NCCL_DEBUG_FILE" not in env
+    assert env.get("LD_PRELOAD") == os.environ.get("LD_PRELOAD")
+    assert env["PYTHONSAFEPATH"] == "1" and env["PYTHONPATH"] == "/srv/torchyard"  # the bootstrap adds the code root
     assert env[RUN_DIR_ENV] == str(run_dir.resolve())
     assert env[RESUME_FROM_ENV] == "/runs/old/a.pt"
     assert (env["TORCHYARD_JOB_ID"], env["TORCHYARD_ATTEMPT"], env["TORCHYARD_CODE_DIR"]) == ("j1", "3", str(code.resolve()))
-    # Catalog jobs keep the worker's environment as before (the trainer is torchyard's own code).
-    catalog_env = torchrun_env("j2", 1, run_dir, settings, spec_from_dict(CATALOG))
-    assert catalog_env["TORCHYARD_ADMIN_TOKEN"] == "secret" and catalog_env["PYTHONPATH"] == "/srv/torchyard"
+    # Catalog jobs: the same rules; their env reaches the ranks too (TORCH_DISTRIBUTED_DEBUG on a hanging job).
+    catalog = spec_from_dict({**CATALOG, "env": {"TORCH_DISTRIBUTED_DEBUG": "DETAIL"}})
+    catalog_env = torchrun_env("j2", 1, run_dir, settings, catalog)
+    assert "TORCHYARD_ADMIN_TOKEN" not in catalog_env and catalog_env["TORCH_DISTRIBUTED_DEBUG"] == "DETAIL"
+    assert catalog_env["PYTHONSAFEPATH"] == "1"
+
+
+def test_a_job_with_requirements_runs_in_its_environment_whatever_its_env_says(code: Path, tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    settings = Settings(code_dir=code, data_dir=tmp_path / "data", runs_dir=tmp_path / "runs")
+    requirements = ["tomli-w==1.2.0"]
+    venv = settings.venvs_root / venvs.env_key(settings, requirements)  # as venvs.ensure leaves a built one
+    (venv / "bin").mkdir(parents=True)
+    (venv / venvs.READY).write_text("{}")
+    # Accepted by the schema alone; the allow-list refuses both names at submission and again here, at launch.
+    spec = script(requirements=requirements, env={"VIRTUAL_ENV": "/tmp/evil", "PATH": "/tmp/evil", "APP_MODE": "x"})
+    run_dir = tmp_path / "runs" / "j1"
+    assert torchrun_command(spec, run_dir, 1, settings)[0] == str(venv.resolve() / "bin" / "python")
+    env = torchrun_env("j1", 1, run_dir, settings, spec)
+    assert env["VIRTUAL_ENV"] == str(venv.resolve()) and env["PATH"] == f"{venv.resolve() / 'bin'}:/usr/bin:/bin"
+    assert env["APP_MODE"] == "x"
+
+
+def test_bootstrap_runs_the_entrypoint_with_siblings_importable_and_the_run_dir_off_sys_path(code: Path, tmp_path: Path) -> None:
+    (code / "helper.py").write_text("VALUE = 'sibling'\n")
+    (code / "sub").mkdir()
+    (code / "sub" / "near.py").write_text("NEAR = 'near'\n")
+    report = ("import json, os, sys, ctypes\n"
+              "import helper, near\n"
+              "libc = ctypes.CDLL('libc.so.6'); sig = ctypes.c_int(0); libc.prctl(2, ctypes.byref(sig), 0, 0, 0)\n"
+              "json.dump({'argv': sys.argv, 'helper': helper.VALUE, 'near': near.NEAR, 'cwd_on_path': os.getcwd() in sys.path,"
+              " 'pdeathsig': sig.value, 'pythonpath': os.environ['PYTHONPATH'], 'name': __name__},"
+              " open(os.environ['OUT'], 'w'))\n")
+    (code / "sub" / "train.py").write_text(report)
+    (code / "pkg" / "sub" / "fit.py").write_text(report.replace("import helper, near", "import helper; near = helper; helper.NEAR = 'n'"))
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "helper.py").write_text("VALUE = 'from the run directory'\n")  # must never be imported
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONSAFEPATH": "1"}
+    for kind, target, args in (("file", str(code / "sub" / "train.py"), ["--a", "1"]), ("module", "pkg.sub.fit", ["x"])):
+        out = tmp_path / f"{kind}.json"
+        subprocess.run([sys.executable, "-m", BOOTSTRAP, str(code), kind, target, *args], cwd=run_dir, check=True,
+                       env={**env, "OUT": str(out)})
+        seen = json.loads(out.read_text())
+        assert seen["helper"] == "sibling" and not seen["cwd_on_path"], seen
+        assert seen["pdeathsig"] == signal.SIGKILL and seen["name"] == "__main__"
+        assert seen["argv"][1:] == args and seen["argv"][0].endswith(".py")
+        assert seen["pythonpath"].split(os.pathsep)[0] == str(code)

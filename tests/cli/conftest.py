@@ -1,0 +1,27 @@
+"""The live service the CLI tests drive: a real API and worker on SQLite, and the CLI invoked in-process."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from cli.main import app
+from tests.helpers import Services
+
+
+@pytest.fixture
+def database_url(sqlite_url: str) -> str:
+    return sqlite_url
+
+
+@pytest.fixture
+def live(services: Services) -> Services:
+    services.start_api()
+    services.start_worker()
+    return services
+
+
+def cli(services: Services, *args: str) -> tuple[int, str]:
+    env = {"TORCHYARD_URL": services.url, "TORCHYARD_API_KEY": services.headers["Authorization"].removeprefix("Bearer ")}
+    result = CliRunner().invoke(app, list(args), env=env)
+    return result.exit_code, result.output

@@ -1,0 +1,126 @@
+"""A rank's output as it printed it: stdout and stderr interleaved in one file, in the order written.
+
+torchrun's ``--redirects`` gives every rank two files, ``stdout.log`` and ``stderr.log``, so the order
+between a ``print`` and a log line or a traceback is lost. Called first thing in a rank (the catalog
+trainer's entry and the script bootstrap both do), ``interleave()`` makes:
+
+* ``output.log`` next to torchrun's files: file descriptors 1 and 2 both point at it (one open file,
+  O_APPEND), so every write, from Python, from C code, from a child process or from a crashing
+  interpreter, lands there in order. Nothing sits in a buffer of ours, so a crash loses nothing.
+* ``stdout.log`` / ``stderr.log`` keep a copy of what Python writes to ``sys.stdout`` / ``sys.stderr``
+  (output that native code writes straight to fd 1 or 2 is only in ``output.log``).
+* ``ranks.log`` (``ranks-node-N.log`` on node N > 0) in torchrun's log directory: every complete line
+  Python writes, prefixed ``[rank R]``, appended by all ranks of the node in one write per line, so the
+  node's ranks read as one log, in order.
+
+Outside torchrun's redirection (a terminal, a notebook, a pipe) it does nothing: output there is
+already interleaved. Torch-free and stdlib-only, so it runs before anything heavy is imported.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import io
+import os
+import sys
+import threading
+from pathlib import Path
+
+OUTPUT_LOG = "output.log"
+MERGED_LOG = "ranks.log"
+_PARTIAL_MAX = 64 * 1024  # a line longer than this (a progress bar without newlines) is written in pieces
+
+
+def merged_log_name(node: int) -> str:
+    return MERGED_LOG if node == 0 else f"ranks-node-{node}.log"
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+class _Merged:
+    """Complete lines of one rank, prefixed, appended to the node's shared file one write each."""
+
+    def __init__(self, fd: int, prefix: bytes):
+        self.fd, self.prefix = fd, prefix
+        self.pending = b""
+        self.lock = threading.Lock()
+
+    def write(self, data: bytes) -> None:
+        with self.lock:
+            self.pending += data
+            if b"\n" not in self.pending and len(self.pending) < _PARTIAL_MAX:
+                return
+            *lines, self.pending = self.pending.split(b"\n")
+            if len(self.pending) >= _PARTIAL_MAX:
+                lines.append(self.pending)
+                self.pending = b""
+            with contextlib.suppress(OSError):  # a full disk must not take the rank down with it
+                _write_all(self.fd, b"".join(self.prefix + line + b"\n" for line in lines))
+
+    def close(self) -> None:
+        with self.lock:
+            if self.pending:
+                with contextlib.suppress(OSError):
+                    _write_all(self.fd, self.prefix + self.pending + b"\n")
+                self.pending = b""
+
+
+class _Tee(io.RawIOBase):
+    """Writes go to ``fd`` (the interleaved file) first, then to the per-stream copy and the merged log."""
+
+    def __init__(self, fd: int, copy_fd: int, merged: _Merged):
+        super().__init__()
+        self._fd, self._copy, self._merged = fd, copy_fd, merged
+
+    def writable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def isatty(self) -> bool:
+        return False
+
+    def write(self, b: bytes | bytearray | memoryview) -> int:  # type: ignore[override]
+        data = bytes(b)
+        _write_all(self._fd, data)
+        with contextlib.suppress(OSError):
+            _write_all(self._copy, data)
+        self._merged.write(data)
+        return len(data)
+
+
+def _text(raw: _Tee, like: io.TextIOBase | None, errors: str) -> io.TextIOWrapper:
+    encoding = getattr(like, "encoding", None) or "utf-8"
+    return io.TextIOWrapper(raw, encoding=encoding, errors=errors, write_through=True)  # type: ignore[arg-type]
+
+
+def interleave() -> bool:
+    """Set up the files above; True when it did (this process's stdout is torchrun's ``stdout.log``)."""
+    try:
+        stdout_file = Path(os.readlink("/proc/self/fd/1"))
+    except OSError:
+        return False
+    if stdout_file.name != "stdout.log" or not stdout_file.is_file() or not stdout_file.parent.parent.name.startswith("attempt_"):
+        return False
+    rank_dir = stdout_file.parent
+    sys.stdout.flush()
+    sys.stderr.flush()
+    out_copy, err_copy = os.dup(1), os.dup(2)  # torchrun's per-stream files; not inherited by children
+    fd = os.open(rank_dir / OUTPUT_LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    node = int(os.environ.get("GROUP_RANK", "0") or 0)
+    log_dir = rank_dir.parents[2]  # <log-dir>/<run id>/attempt_<restart>/<local rank>
+    merged_fd = os.open(log_dir / merged_log_name(node), os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+    merged = _Merged(merged_fd, f"[rank {os.environ.get('RANK', rank_dir.name)}] ".encode())
+    sys.stdout = _text(_Tee(1, out_copy, merged), sys.__stdout__, "strict")
+    sys.stderr = _text(_Tee(2, err_copy, merged), sys.__stderr__, "backslashreplace")
+    atexit.register(merged.close)  # a last line without its newline still reaches the merged log
+    return True

@@ -1,0 +1,148 @@
+"""The executor contract: how an attempt's ranks are started, watched and stopped (docs/executors.md).
+
+The supervisor owns an attempt's lifecycle: the claim, the lease, ingesting events.jsonl, every stop
+decision (cancel, timeout, stall, preemption, lost ownership) and the final status. An executor owns
+only the ranks: it starts them, says whether they still run (and, when they ended, with which code
+and what the engine says about why), and stops them: a graceful signal, a grace period, then hard.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from jobs.models import ErrorType
+from trainer.spec import AnySpec
+from worker.launch import NodeLaunch
+
+# Node 0's torchrun output, under logs/attempt-<k>/ of the run directory (node k > 0: launcher-node-<k>.log).
+LAUNCHER_LOG = "launcher.log"
+
+
+class LaunchError(RuntimeError):
+    """The engine refused the attempt. ``transient``: it may take it later (its controller was
+    unreachable); otherwise the request itself cannot be met (no such partition, too many GPUs)."""
+
+    def __init__(self, message: str, transient: bool):
+        super().__init__(message)
+        self.transient = transient
+
+
+class Phase(str, enum.Enum):
+    PENDING = "pending"  # accepted by the engine, not running yet (e.g. waiting in Slurm's queue)
+    RUNNING = "running"
+    EXITED = "exited"  # ended; ``exit_code`` is torchrun's (a signal as -N) when the engine knows it
+    GONE = "gone"  # the engine no longer knows the attempt and left no exit code
+
+
+class EngineReason(str, enum.Enum):
+    """Why the engine ended the ranks, beyond their own exit code."""
+
+    NODE_FAILURE = "node_failure"
+    TIME_LIMIT = "time_limit"
+    CANCELLED = "cancelled"  # by someone other than this executor (an administrator's scancel)
+    PREEMPTED = "preempted"  # a higher-priority job took the nodes; the ranks had the grace to checkpoint
+    OUT_OF_MEMORY = "out_of_memory"  # the engine's memory limit (cgroup), not a CUDA OOM
+    UNSCHEDULABLE = "unschedulable"  # still pending, and the engine says it can never run as asked
+
+
+@dataclass(frozen=True)
+class RankState:
+    phase: Phase
+    exit_code: int | None = None
+    reason: EngineReason | None = None
+    detail: str = ""  # the engine's own words, for the attempt's error message
+
+    @property
+    def ended(self) -> bool:
+        return self.phase in (Phase.EXITED, Phase.GONE)
+
+
+@dataclass(frozen=True)
+class LaunchRequest:
+    """One attempt to start. ``node`` is set on a node of a Redis gang (local executor only)."""
+
+    job_id: str
+    attempt: int
+    run_dir: Path
+    spec: AnySpec
+    resume_from: str | None = None
+    node: NodeLaunch | None = None
+
+    @property
+    def log_dir(self) -> Path:
+        return self.run_dir / "logs" / f"attempt-{self.attempt}"
+
+
+@dataclass
+class Launch:
+    """A started attempt, as the executor that started it tracks it."""
+
+    request: LaunchRequest
+    # What the engine calls it (the Slurm job id); recorded in the job and its attempt. None: local.
+    executor_id: str | None
+    launcher_log: Path  # node 0's torchrun output: where the supervisor looks for the root cause
+
+
+class Executor(Protocol):
+    name: str
+    # True: the engine places every node of a multi-node job itself, so the supervisor assembles no gang.
+    allocates_nodes: bool
+
+    def start(self, request: LaunchRequest) -> Launch:
+        """Start the attempt's ranks. Raises SpecError (the script no longer resolves) or LaunchError."""
+        ...
+
+    def poll(self, launch: Launch) -> RankState:
+        """Where the ranks are now; cheap enough to call every supervisor loop."""
+        ...
+
+    def stop(self, launch: Launch, grace_s: float, on_wait: Callable[[], None] | None = None) -> RankState:
+        """SIGTERM the ranks (they checkpoint and exit), wait up to ``grace_s`` calling ``on_wait``
+        (ingest, heartbeat), then end whatever is left. Returns the final state."""
+        ...
+
+    def release(self, launch: Launch) -> None:
+        """After the ranks ended by themselves: end what they left (orphaned data-loader workers,
+        an allocation still completing), so nothing of the attempt outlives it."""
+        ...
+
+
+@dataclass(frozen=True)
+class EngineVerdict:
+    """What the supervisor does with an attempt the engine ended: fail with ``error_type``, and
+    ``retry`` (spend one of the job's retries), ``requeue`` (a new attempt without spending one, as
+    for a lost worker or a preemption) or neither."""
+
+    error_type: ErrorType
+    retry: bool
+    requeue: bool
+    message: str
+
+
+# (error type, retry, requeue, message) of each engine-side end, as the same end on a local worker gets it.
+_VERDICTS: dict[EngineReason, tuple[ErrorType, bool, bool, str]] = {
+    # Like the supervisor's own timeout_s: a longer run would hit it again.
+    EngineReason.TIME_LIMIT: (ErrorType.TIMEOUT, False, False, "timeout: the engine's time limit"),
+    # Like a lost worker: not the training's fault; a new attempt resumes elsewhere.
+    EngineReason.NODE_FAILURE: (ErrorType.WORKER_LOST, False, True, "a node of the attempt failed"),
+    EngineReason.PREEMPTED: (ErrorType.PREEMPTED, False, True, "preempted by the engine; resumes from its checkpoint"),
+    EngineReason.OUT_OF_MEMORY: (ErrorType.OOM, True, False, "out of host memory"),
+    # Asked for more than the cluster has (CPUs, GPUs, nodes, time): only a changed spec can run.
+    EngineReason.UNSCHEDULABLE: (ErrorType.SPEC, False, False, "the engine can never run it as asked"),
+    # Someone with power over the cluster wanted it gone: retrying would fight them.
+    EngineReason.CANCELLED: (ErrorType.CANCELLED_BY_ENGINE, False, False, "cancelled in the engine, not through torchyard"),
+}
+
+
+def engine_verdict(state: RankState) -> EngineVerdict | None:
+    """The verdict for an engine-side end; None when the engine gave no reason and the exit code
+    decides, as for a local attempt (outcome.failure, was_preempted)."""
+    if state.reason is None:
+        return None
+    error_type, retry, requeue, message = _VERDICTS[state.reason]
+    detail = f" ({state.detail})" if state.detail else ""
+    return EngineVerdict(error_type, retry=retry, requeue=requeue, message=message + detail)

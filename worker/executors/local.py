@@ -1,0 +1,63 @@
+"""The local executor: torchrun on this worker's host, in its own session, killed with the worker.
+
+Exactly what the supervisor has always done (worker/launch.py builds the command and environment,
+worker/processes.py owns the process tree); a multi-node job's nodes are other workers of a Redis
+gang (worker/gang.py), each starting its node here.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from jobs.settings import Settings
+from worker import processes
+from worker.executors.base import LAUNCHER_LOG, Launch, LaunchRequest, Phase, RankState
+from worker.launch import torchrun_command, torchrun_env
+
+
+@dataclass
+class LocalLaunch(Launch):
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def node(self) -> int | None:
+        return self.request.node.node_rank if self.request.node else None
+
+
+class LocalExecutor:
+    name = "local"
+    allocates_nodes = False
+
+    def __init__(self, settings: Settings):
+        self.settings = settings
+
+    def start(self, request: LaunchRequest) -> LocalLaunch:
+        command = torchrun_command(request.spec, request.run_dir, request.attempt, self.settings, node=request.node)
+        env = torchrun_env(request.job_id, request.attempt, request.run_dir, self.settings, request.spec,
+                           resume_from=request.resume_from, node=request.node)
+        node = request.node.node_rank if request.node else 0
+        launcher_log = request.log_dir / (LAUNCHER_LOG if node == 0 else f"launcher-node-{node}.log")
+        proc = processes.spawn(command, env, cwd=request.run_dir, log_path=launcher_log)
+        return LocalLaunch(request=request, executor_id=None, launcher_log=launcher_log, proc=proc)
+
+    def poll(self, launch: Launch) -> RankState:
+        code = _proc(launch).poll()
+        return RankState(Phase.RUNNING) if code is None else RankState(Phase.EXITED, exit_code=code)
+
+    def stop(self, launch: Launch, grace_s: float, on_wait: Callable[[], None] | None = None) -> RankState:
+        assert isinstance(launch, LocalLaunch)
+        code = processes.stop(_proc(launch), launch.request.job_id, grace_s, on_wait=on_wait, node=launch.node)
+        return RankState(Phase.EXITED, exit_code=code)
+
+    def release(self, launch: Launch) -> None:
+        assert isinstance(launch, LocalLaunch)
+        # Strays such as data-loader workers orphaned by a dead rank.
+        processes.kill_marked(launch.request.job_id, node=launch.node)
+
+
+def _proc(launch: Launch) -> subprocess.Popen[bytes]:
+    if not isinstance(launch, LocalLaunch) or launch.proc is None:
+        raise TypeError(f"not a local launch: {launch!r}")
+    return launch.proc
