@@ -17,12 +17,12 @@ from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
 from jobs.settings import Settings
+from trainer.rank_output import find_rank_dir
 from trainer.spec import resolve_under
 
 log = logging.getLogger(__name__)
 
 LAUNCHER_LOG = "launcher.log"
-_RESTART = re.compile(r"attempt_(\d+)$")
 _CHUNK = 64 * 1024
 
 
@@ -80,28 +80,15 @@ def log_file(settings: Settings, job_id: str, attempt: int, rank: int | None, st
     the run directory; None when absent. Only names are looked at here: open the result with ``open_file``, which
     refuses a symlink anywhere on the way.
 
-    torchrun ``--log-dir D --redirects=3`` writes ``D/<run id>/attempt_<restart>/<rank>/{stdout,stderr}.log``."""
+    torchrun ``--log-dir D --redirects=3`` writes ``D/<run id>/attempt_<restart>/<local rank>/{stdout,stderr}.log``;
+    ``rank`` is the global rank (trainer.rank_output.find_rank_dir maps it)."""
     base = f"logs/attempt-{attempt}"
     if rank is None:
         return f"{base}/{LAUNCHER_LOG}"
-    attempt_dir = job_dir(settings, job_id) / base
-    if attempt_dir.is_symlink() or not attempt_dir.is_dir():
+    rank_dir = find_rank_dir(job_dir(settings, job_id) / base, rank)
+    if rank_dir is None or not (rank_dir / f"{stream}.log").is_file():
         return None
-    candidates = []
-    for path in attempt_dir.glob(f"*/attempt_*/{rank}/{stream}.log"):
-        restart = _RESTART.match(path.parent.parent.name)
-        if restart:
-            try:
-                launched = path.parent.parent.parent.lstat().st_mtime
-            except FileNotFoundError:
-                continue
-            # One torchrun run-id directory per launch (normally one per attempt): the newest launch,
-            # then its highest restart.
-            candidates.append((launched, int(restart.group(1)), path))
-    if not candidates:
-        return None
-    path = max(candidates, key=lambda c: (c[0], c[1]))[2]
-    return f"{base}/{path.relative_to(attempt_dir).as_posix()}"
+    return f"{base}/{rank_dir.relative_to(job_dir(settings, job_id) / base).as_posix()}/{stream}.log"
 
 
 def tail_offset(f: BinaryIO, lines: int, end: int) -> int:

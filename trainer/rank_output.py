@@ -9,6 +9,9 @@ trainer's entry and the script bootstrap both do), ``interleave()`` makes:
   interpreter, lands there in order. Nothing sits in a buffer of ours, so a crash loses nothing.
 * ``stdout.log`` / ``stderr.log`` keep a copy of what Python writes to ``sys.stdout`` / ``sys.stderr``
   (output that native code writes straight to fd 1 or 2 is only in ``output.log``).
+* ``rank`` in the rank's directory: its global rank. torchrun names the directory by the *local* rank,
+  and the nodes of a multi-node job share one log directory, so this is how a global rank's logs are
+  found (``find_rank_dir``).
 * ``ranks.log`` (``ranks-node-N.log`` on node N > 0) in torchrun's log directory: every complete line
   Python writes, prefixed ``[rank R]``, appended by all ranks of the node in one write per line, so the
   node's ranks read as one log, in order.
@@ -23,17 +26,46 @@ import atexit
 import contextlib
 import io
 import os
+import re
 import sys
 import threading
 from pathlib import Path
 
 OUTPUT_LOG = "output.log"
 MERGED_LOG = "ranks.log"
+RANK_MARK = "rank"
+_RESTART = re.compile(r"attempt_(\d+)$")
 _PARTIAL_MAX = 64 * 1024  # a line longer than this (a progress bar without newlines) is written in pieces
 
 
 def merged_log_name(node: int) -> str:
     return MERGED_LOG if node == 0 else f"ranks-node-{node}.log"
+
+
+def find_rank_dir(log_dir: Path, rank: int) -> Path | None:
+    """The directory of global rank ``rank``'s logs under torchrun's ``--log-dir`` of one attempt:
+    ``<log dir>/<run id>/attempt_<restart>/<local rank>``, of the newest launch and its highest restart.
+
+    A directory whose ``rank`` mark names another global rank is not it (node 1's local rank 0 is global
+    rank ``nproc_per_node``); one without a mark (a rank that died before writing it) counts under its
+    local rank, which equals the global rank on one node. Names only, no symlink followed."""
+    if log_dir.is_symlink() or not log_dir.is_dir():
+        return None
+    candidates = []
+    for rank_dir in log_dir.glob("*/attempt_*/*"):
+        restart = _RESTART.match(rank_dir.parent.name)
+        if not restart or rank_dir.is_symlink() or not rank_dir.is_dir():
+            continue
+        mark = rank_dir / RANK_MARK
+        try:
+            owner = int(mark.read_text()) if mark.is_file() and not mark.is_symlink() else int(rank_dir.name)
+            launched = rank_dir.parent.parent.lstat().st_mtime
+        except (OSError, ValueError):
+            continue
+        if owner == rank:
+            # One torchrun run-id directory per node and launch: the newest launch, then its highest restart.
+            candidates.append((launched, int(restart.group(1)), rank_dir))
+    return max(candidates, key=lambda c: (c[0], c[1]))[2] if candidates else None
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -109,6 +141,9 @@ def interleave() -> bool:
     if stdout_file.name != "stdout.log" or not stdout_file.is_file() or not stdout_file.parent.parent.name.startswith("attempt_"):
         return False
     rank_dir = stdout_file.parent
+    global_rank = os.environ.get("RANK")
+    if global_rank is not None:
+        (rank_dir / RANK_MARK).write_text(global_rank)
     sys.stdout.flush()
     sys.stderr.flush()
     out_copy, err_copy = os.dup(1), os.dup(2)  # torchrun's per-stream files; not inherited by children

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from jobs.models import ErrorType
 from trainer.exit_codes import PREEMPTED_EXIT_CODE, SPEC_ERROR_EXIT_CODE
-from trainer.rank_output import OUTPUT_LOG
+from trainer.rank_output import OUTPUT_LOG, find_rank_dir
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +80,9 @@ def failure(exit_code: int | None, error_file: Path, launcher_log: Path, default
     message, traceback = read_error_file(error_file)
     launcher_tail = tail(launcher_log, 400)
     rank, rank_dir = root_cause(launcher_tail)
+    if rank_dir is None and rank is not None:
+        # A rank without torchrun's @record (a plain script) leaves no error file: its own log says why.
+        rank_dir = find_rank_dir(launcher_log.parent, rank)
     # output.log has the rank's stdout and stderr as printed, a native crash's last words included.
     rank_tail = (tail(rank_dir / OUTPUT_LOG) or tail(rank_dir / "stderr.log")) if rank_dir else ""
     log_tail = rank_tail or "\n".join(launcher_tail.splitlines()[-LOG_TAIL_LINES:])

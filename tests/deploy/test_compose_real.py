@@ -354,9 +354,6 @@ def test_two_node_job_across_two_worker_containers(stack: Stack) -> None:
     _remember(stack, job_id)
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "GET /v1/jobs/{id}/logs?rank=N looks for torchrun's per-node local-rank directory N "
-    "(jobs/artifacts.py log_file): on node 1 of a 2-node job global rank 1 is local rank 0, so it answers 404"))
 def test_two_node_job_serves_the_second_nodes_rank_log(stack: Stack) -> None:
     if not two_node_jobs:
         pytest.skip("the 2-node test finished no job")

@@ -8,7 +8,6 @@ reference runs, and one 2-node launch checks HSDP.
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +16,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from stack.redis_server import free_port
 from tests.trainer.helpers import REPO, RUN_CASES, assert_close_seq, events, rank_env, run_cases, spec, train_losses
 from trainer.checkpoint import load_model
 
@@ -179,18 +179,12 @@ def test_keep_last_prunes_old_checkpoints(runs: Path) -> None:
     assert (ckdir / "latest").read_text() == "step_00000012"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_hsdp_on_two_nodes_equals_ddp(runs: Path, tmp_path: Path) -> None:
     """Two torchrun agents on this host as two nodes: FSDP2 builds a 2-D (replicate, shard) mesh."""
     job = spec("hsdp", nproc=1, strategy="fsdp", max_steps=STEPS)
     job["parallel"]["nnodes"] = 2
     (tmp_path / "cases.json").write_text(json.dumps([_case(tmp_path, "hsdp", job)]))
-    port = _free_port()
+    port = free_port()
     procs = [subprocess.Popen(
         [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=1", "--rdzv-backend=c10d",
          f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=hsdp", str(RUN_CASES), str(tmp_path / "cases.json")],

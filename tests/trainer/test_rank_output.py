@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from stack.redis_server import free_port
 from tests.helpers import ROOT
+from trainer.rank_output import OUTPUT_LOG, find_rank_dir
 
 pytestmark = pytest.mark.slow
 
@@ -56,3 +58,26 @@ def test_ranks_output_is_interleaved_merged_and_survives_crashes(tmp_path: Path)
         assert mine[:3] == ["out 1", "err 1", "out 2 and err 2 on the same line"]
     assert "[rank 0] RuntimeError: boom on rank 0" in merged
     assert all(line.startswith(("[rank 0] ", "[rank 1] ")) for line in merged)
+
+
+def test_a_global_ranks_logs_are_found_on_the_second_node(tmp_path: Path) -> None:
+    """Two torchrun agents (two nodes of one rank each) share a log directory, as the nodes of a multi-node job
+    do on the runs volume: both name their rank's directory ``0``, and global rank 1 is node 1's local rank 0."""
+    (tmp_path / "hello.py").write_text("import os\nprint('I am global rank', os.environ['RANK'])\n")
+    logs = tmp_path / "logs"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    port = free_port()
+    agents = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes=2", f"--node-rank={node}",
+                                "--nproc-per-node=1", "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}",
+                                "--rdzv-id=two-nodes", f"--rdzv-conf=is_host={'true' if node == 0 else 'false'}",
+                                f"--log-dir={logs}", "--redirects=3",
+                                "-m", "trainer.rank_bootstrap", str(tmp_path), "file", str(tmp_path / "hello.py")],
+                               cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+              for node in (0, 1)]
+    assert [agent.wait(timeout=240) for agent in agents] == [0, 0]
+    assert sorted(p.name for p in logs.glob("*/attempt_0/*")) == ["0", "0"]  # both nodes call their rank "0"
+    for rank in (0, 1):
+        found = find_rank_dir(logs, rank)
+        assert found is not None
+        assert f"I am global rank {rank}" in (found / OUTPUT_LOG).read_text()
+    assert find_rank_dir(logs, 2) is None

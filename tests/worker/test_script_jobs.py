@@ -103,6 +103,8 @@ def test_plain_script_runs_unchanged_and_its_exit_code_decides(services: Service
         assert failed["status"] == "failed"
         assert failed["error"]["exit_code"] not in (None, 0)
         assert "invalid int value: 'two'" in rank_logs(Path(failed["run_dir"]), 1)
+        # A plain script leaves torchrun no error file: the job's error quotes the failing rank's own output.
+        assert "invalid int value: 'two'" in failed["error"]["log_tail"]
 
 
 def test_path_and_env_attacks_are_refused_and_nothing_runs(services: Services, tmp_path: Path) -> None:
