@@ -71,6 +71,11 @@ def render(args: argparse.Namespace) -> str:
     if not isinstance(spec, JobSpec):
         # A script job's entrypoint lives under the service's code root; on a cluster it is the image's business.
         raise LaunchError("kind: script specs are not supported; run torchrun with your entrypoint in your own image")
+    if spec.secrets:
+        # A manifest is a file people commit and share: a secret's value never goes into one.
+        raise LaunchError(f"secrets ({', '.join(sorted(spec.secrets))}) are not written into launch files; remove them "
+                          "from the spec and give them to the ranks through the cluster's own secret store "
+                          "(a Kubernetes Secret in env, Slurm's exported environment)")
     name = check_name(args.name) if args.name else kube_name(spec.name)
     opts = LaunchOptions(
         name=name, run_id=args.run_id or name, image=args.image, rdzv_port=args.rdzv_port,

@@ -64,7 +64,7 @@ def default_gpus(spec: JobSpec) -> int:
 
 def spec_json(spec: JobSpec) -> str:
     """The spec as the trainer reads it: every field explicit, so defaults cannot drift between versions."""
-    return json.dumps(spec.model_dump(mode="json"), indent=2, sort_keys=False) + "\n"
+    return json.dumps(spec.visible_dump(), indent=2, sort_keys=False) + "\n"
 
 
 def attempt_deadline_s(spec: JobSpec) -> int:

@@ -162,6 +162,16 @@ def test_a_spec_that_cannot_run_is_refused_naming_the_field(tmp_path: Path, capl
     assert "train.global_batch_size" in caplog.text
 
 
+@pytest.mark.parametrize("target", ["k8s-job", "slurm"])
+def test_secrets_are_refused_and_never_written(tmp_path: Path, caplog: pytest.LogCaptureFixture, target: str) -> None:
+    spec = _write_spec(tmp_path, {**SPEC, "secrets": {"WANDB_API_KEY": "hunter2-secret-value"}}, ".json")
+    out = tmp_path / "launch.out"
+    assert main([target, str(spec), "--image", "i", "-o", str(out)]) == 2
+    assert "WANDB_API_KEY" in caplog.text and "secret store" in caplog.text
+    assert not out.exists()
+    assert "hunter2" not in caplog.text
+
+
 def test_script_specs_are_refused(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     code = tmp_path / "code"
     code.mkdir()
