@@ -68,6 +68,8 @@ class ErrorType(str, Enum):
     STALLED = "stalled"
     SETUP = "setup_error"  # the job's code bundle or requirements could not be made ready
     CANCELLED_BY_ENGINE = "engine_cancelled"  # cancelled in Slurm (scancel by an administrator), not through torchyard
+    BAD_EVENT = "bad_event"  # events.jsonl held a line the service cannot store (names the line)
+    DISK_FULL = "disk_full"  # no space left while preparing the run (names the path)
     INTERNAL = "internal_error"
 
 
