@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import secrets
 import time
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from enum import Enum
 from typing import Any
 
@@ -14,7 +15,16 @@ from sqlmodel import JSON, Column, Field, SQLModel
 
 
 def utcnow() -> datetime:
-    return datetime.now(timezone.utc)
+    """This host's UTC time; skewed by TORCHYARD_CLOCK_OFFSET_S (a test's stand-in for a host whose clock is off).
+    Leases never use it: they are stamped and compared with the database's clock (jobs/clock.py)."""
+    return datetime.now(timezone.utc) + _clock_offset()
+
+
+@functools.lru_cache(maxsize=1)
+def _clock_offset() -> timedelta:
+    from jobs.settings import get_settings  # settings import nothing of the tables; resolved at first use
+
+    return timedelta(seconds=get_settings().clock_offset_s)
 
 
 def new_job_id() -> str:

@@ -29,8 +29,10 @@ from redis.exceptions import RedisError
 from sqlmodel import Session
 
 from jobs import queue, retry
+from jobs.clock import db_now
 from jobs.db import get_engine
 from jobs.models import Attempt, ErrorType, Job, Status, utcnow
+from jobs.retention import expire_run_dirs
 from jobs.settings import Settings
 from jobs.states import TransitionRefused, transition
 
@@ -62,7 +64,7 @@ def _retried(session: Session, fn: Callable[[], T], what: str, retry_s: float) -
 
 def _recover_expired_leases(session: Session, redis: Redis, report: Report, max_worker_losses: int, retry_s: float) -> None:
     def find() -> list[tuple[str, str, str | None, int]]:
-        now = utcnow()
+        now = db_now(session)  # the database's clock: workers' clocks may disagree with this host's
         # Plain values, not rows: a rollback (a refused transition, a blip) expires rows, and reading one
         # again would query the database from an error path.
         rows = session.exec(  # type: ignore[call-overload]
@@ -162,6 +164,7 @@ class ReconcilerLoop(threading.Thread):
                 with Session(engine, expire_on_commit=False) as session:
                     report = reconcile(session, redis, enqueue_grace_s=self.settings.lease_ttl_s,
                                        max_worker_losses=self.settings.max_worker_losses)
+                    expire_run_dirs(session, self.settings)
                 if any(vars(report).values()):
                     log.info("reconciled: %s", report)
             except Exception:  # noqa: BLE001 - the loop must outlive a passing database or Redis outage

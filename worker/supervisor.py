@@ -16,10 +16,10 @@ import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
 from pathlib import Path
 from types import FrameType
 from typing import TypeVar
@@ -32,8 +32,9 @@ from sqlmodel import Session
 
 from jobs import gang as gang_keys
 from jobs import queue, retry
+from jobs.clock import db_now
 from jobs.db import get_engine
-from jobs.ingest import ingest_events
+from jobs.ingest import Fenced, ingest_events
 from jobs.limits import running_cap_reached
 from jobs.models import Attempt, ErrorType, Job, Status, utcnow
 from jobs.reconciler import worker_losses
@@ -94,6 +95,7 @@ class Supervisor:
         # When the lease was last renewed (monotonic); database calls retry until 0.8 TTL past it.
         self.lease_ok = time.monotonic()
         self.lease_lost = False
+        self.watchdog_fired = False  # the ranks were stopped because the lease went unrenewed
         self.attempt: int | None = None  # the claimed attempt, a plain value: ORM rows expire on rollback
 
     # ------------------------------------------------------------ lifecycle
@@ -120,14 +122,19 @@ class Supervisor:
                 return f"skipped: {exc}"
             try:
                 return self._run_attempt(job)
+            except Fenced as exc:
+                log.warning("%s; stopping this attempt's processes", exc, extra=self.log_extra)
+                self._kill_own()
+                return "lost ownership"
             except SQLAlchemyError as exc:
                 # Unreachable past our lease: the reconciler requeues the job; no process of ours may run on.
                 log.error("job %s: database unreachable past the lease (%s); giving the attempt up", self.job_id,
                           exc.__class__.__name__, extra=self.log_extra)
                 self._gang_stop_quietly()
-                processes.kill_marked(self.job_id, node=self.node)
+                self._kill_own()
                 return "lost ownership (database unreachable)"
         finally:
+            self._stop_watchdog()
             signal.signal(signal.SIGTERM, previous)
             self.session.close()
 
@@ -266,7 +273,7 @@ class Supervisor:
                 values={
                     "worker_id": self.worker_id, "run_dir": str(run_dir),
                     "started_at": sa.func.coalesce(Job.started_at, now),
-                    "lease_expires_at": now + timedelta(seconds=self.settings.lease_ttl_s),
+                    "lease_expires_at": db_now(self.session, self.settings.lease_ttl_s),
                 },
             )
             self.session.merge(Attempt(job_id=job.id, attempt=job.attempt, worker_id=self.worker_id, started_at=now))
@@ -315,6 +322,7 @@ class Supervisor:
         env = torchrun_env(job.id, job.attempt, run_dir, self.settings, spec, resume_from=job.resume_from, node=node,
                            secrets=secrets)
         proc = processes.spawn(command, env, cwd=run_dir, log_path=launcher_log)
+        self._start_watchdog()
         if self.gang is not None and node is not None:
             # spec.json is written and the job row says running: the followers may start.
             self.gang.go(node.endpoint)
@@ -322,11 +330,18 @@ class Supervisor:
                      extra=self.log_extra)
         log.info("job %s attempt %d: torchrun pid %d", job.id, job.attempt, proc.pid, extra=self.log_extra)
         verdict = self._watch(job, spec, proc)
+        self._stop_watchdog()  # the ranks are gone: nothing left for it to stop
         if verdict is not None:
             return verdict
 
         code = proc.returncode
-        processes.kill_marked(job.id, node=self.node)  # strays such as data-loader workers orphaned by a dead rank
+        if self.watchdog_fired:
+            # Not the training's fault: like a lost worker, requeued without spending a retry (if still ours).
+            self._gang_stop_quietly()
+            what = f"lease not renewed within {0.8 * self.settings.lease_ttl_s:.1f}s; ranks stopped"
+            return self._requeue(job, reason=f"{what}; requeued", outcome_name="lost", consume_retry=False, exit_code=code,
+                                 error=outcome.Failure(ErrorType.WORKER_LOST, what, None, code))
+        processes.kill_marked(job.id, node=self.node, attempt=job.attempt)  # strays such as data-loader workers orphaned by a dead rank
         if code != 0:
             self._gang_stop()  # node 0 failed: no follower may run on alone
         lost = self._gang_settle(job)
@@ -393,11 +408,17 @@ class Supervisor:
                     if not self._heartbeat(job.attempt):
                         # The reconciler gave the job to someone else: no process of ours may write on.
                         self._gang_stop()
-                        processes.kill_marked(job.id, node=self.node)
+                        self._kill_own()
                         proc.wait()
                         return "lost ownership"
                     clock.last_heartbeat_ok, clock.next_heartbeat = now, now + ttl / 3
                 status = self._status()
+            except Fenced as exc:
+                log.warning("%s; stopping this attempt's processes", exc, extra=self.log_extra)
+                self._gang_stop_quietly()
+                self._kill_own()
+                proc.wait()
+                return "lost ownership"
             except SQLAlchemyError as exc:
                 # self.job_id, never job.id: reading an expired row would query the unreachable database again.
                 log.warning("job %s: database unreachable (%s)", self.job_id, exc.__class__.__name__, extra=self.log_extra)
@@ -406,13 +427,13 @@ class Supervisor:
                 now = time.monotonic()
                 if self.lease_lost:
                     self._gang_stop_quietly()
-                    processes.kill_marked(job.id, node=self.node)
+                    self._kill_own()
                     proc.wait()
                     return "lost ownership"
                 if now - max(clock.last_heartbeat_ok, self.lease_ok) > ttl * 0.8:
                     # Our lease is about to lapse and someone may take the job over: stop writing first.
-                    self._gang_stop()
-                    processes.kill_marked(job.id, node=self.node)
+                    self._gang_stop_quietly()
+                    self._kill_own()
                     proc.wait()
                     return "lost ownership (database unreachable)"
                 time.sleep(self.settings.poll_interval_s)
@@ -463,13 +484,13 @@ class Supervisor:
             # The grace period can outlast the lease; without heartbeats a reconciler would take the job mid-stop.
             if self.gang is not None:
                 self.gang.round.beat(0)  # and the followers would take node 0 for dead
-            with contextlib.suppress(SQLAlchemyError):  # the retries ran out; the final ingest reads these lines again
+            with contextlib.suppress(SQLAlchemyError, Fenced):  # the final ingest reads these lines again, or is fenced too
                 self._ingest()
             self._try_heartbeat()
 
         # Every node gets its stop at about the same time: a checkpoint on SIGTERM is a collective.
         self._gang_stop()
-        code = processes.stop(proc, job.id, self.settings.stop_grace_s, on_wait=keep_lease, node=self.node)
+        code = processes.stop(proc, job.id, self.settings.stop_grace_s, on_wait=keep_lease, node=self.node, attempt=job.attempt)
         self._gang_settle(job)
         self._ingest()
         return code
@@ -480,7 +501,8 @@ class Supervisor:
         batch = self.settings.ingest_batch
 
         def store() -> int:
-            return sum(ingest_events(self.session, self.job_id, events[i:i + batch]) for i in range(0, len(events), batch))
+            return sum(ingest_events(self.session, self.job_id, events[i:i + batch], guard=self._fence())
+                       for i in range(0, len(events), batch))
 
         stored = self._db(store, "storing events") if events else 0
         self.tail.ack()
@@ -490,6 +512,41 @@ class Supervisor:
         return stored
 
     # ------------------------------------------------------------ database calls through a blip
+
+    def _fence(self) -> list[object]:
+        """Conditions every write of this supervisor carries, checked in its own transaction: the job still runs
+        this attempt on this worker. The reconciler's requeue bumps the attempt, so a stale supervisor (frozen,
+        partitioned) that wakes up writes nothing."""
+        return [Job.attempt == self.attempt, Job.worker_id == self.worker_id,
+                Job.status.in_([Status.RUNNING.value, Status.CANCELLING.value])]  # type: ignore[attr-defined]
+
+    def _kill_own(self) -> None:
+        """SIGKILL every process of this attempt (on this node); those of a newer attempt on this host live on."""
+        if self.attempt is not None:
+            processes.kill_marked(self.job_id, node=self.node, attempt=self.attempt)
+
+    def _start_watchdog(self) -> None:
+        """Stops the ranks once the lease went unrenewed for 0.8 TTL, even while the main thread hangs in a
+        database call: past that point the reconciler may hand the job to another worker."""
+        self._watchdog_done = threading.Event()
+        limit = self.settings.lease_ttl_s * 0.8
+
+        def watch() -> None:
+            while not self._watchdog_done.wait(min(0.5, limit / 4)):
+                late = time.monotonic() - self.lease_ok
+                if late > limit:
+                    log.error("job %s: lease not renewed for %.1fs (limit %.1fs); stopping attempt %s's processes",
+                              self.job_id, late, limit, self.attempt, extra=self.log_extra)
+                    self.watchdog_fired = True
+                    self._kill_own()
+                    return
+
+        threading.Thread(target=watch, name=f"lease-watchdog-{self.job_id}", daemon=True).start()
+
+    def _stop_watchdog(self) -> None:
+        done = getattr(self, "_watchdog_done", None)
+        if done is not None:
+            done.set()
 
     def _lease_deadline(self) -> float:
         """Monotonic time after which the lease may lapse unseen: stop retrying and stop writing."""
@@ -520,12 +577,11 @@ class Supervisor:
                 self.session.rollback()
 
     def _heartbeat(self, attempt: int) -> bool:
-        expires = utcnow() + timedelta(seconds=self.settings.lease_ttl_s)
         result = self.session.exec(  # type: ignore[call-overload]
             sa.update(Job)
             .where(Job.id == self.job_id, Job.worker_id == self.worker_id, Job.attempt == attempt,
                    Job.status.in_([Status.RUNNING.value, Status.CANCELLING.value]))  # type: ignore[attr-defined]
-            .values(lease_expires_at=expires)
+            .values(lease_expires_at=db_now(self.session, self.settings.lease_ttl_s))
         )
         self.session.commit()
         if result.rowcount == 1:
@@ -546,17 +602,19 @@ class Supervisor:
         resumed = _resumed_from(self.tail.path)
 
         def record() -> None:
-            row = self.session.get(Attempt, (job.id, job.attempt), populate_existing=True)
-            if row is not None:
-                row.finished_at, row.outcome, row.exit_code, row.error_type = utcnow(), outcome_name, exit_code, error_type
-                row.resumed_from_step = resumed
-                self.session.add(row)
-                self.session.commit()
+            # Only while this supervisor still holds the job: a stale one must not rewrite the reconciler's "lost".
+            holds = sa.exists().where(Job.id == self.job_id, *self._fence())
+            self.session.exec(  # type: ignore[call-overload]
+                sa.update(Attempt).where(Attempt.job_id == job.id, Attempt.attempt == job.attempt, holds)
+                .values(finished_at=utcnow(), outcome=outcome_name, exit_code=exit_code, error_type=error_type,
+                        resumed_from_step=resumed))
+            self.session.commit()
 
         self._db(record, "recording the attempt")
 
     def _transition(self, to: Status, *, expect: list[Status], reason: str, values: dict[str, object] | None) -> Job:
-        return self._db(lambda: transition(self.session, self.job_id, to, expect=expect, reason=reason, values=values),
+        return self._db(lambda: transition(self.session, self.job_id, to, expect=expect, reason=reason, values=values,
+                                           guard=self._fence()),
                         f"moving the job to {to.value}")
 
     def _finish(self, job: Job, to: Status, *, reason: str, outcome: str, exit_code: int | None = None) -> str:

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import textwrap
 
+import pytest
+
 from tests.chaos.conftest import loss_steps
 from tests.helpers import Services
 from worker.processes import marked_processes
+
+pytestmark = pytest.mark.slow
 
 BAD_WRITER = textwrap.dedent("""
     import json, time
