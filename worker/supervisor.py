@@ -9,6 +9,7 @@ exit:  read the error file, then succeeded | failed | cancelled | queued (retry 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import os
@@ -245,6 +246,16 @@ class Supervisor:
         return self._fail_or_retry(job, outcome.Failure(
             ErrorType.WORKER_LOST, f"{what}; {self.settings.max_worker_losses} workers lost already", None, code), retry=False)
 
+    def _disk_full(self, job: Job, exc: OSError, run_dir: Path) -> str:
+        """No space to prepare the run: named as such (not a lost worker), and not retried: another attempt would
+        write to the same volume."""
+        if self.gang is not None:
+            self.gang.abort()
+        where = exc.filename or getattr(exc, "path", None) or run_dir
+        message = f"disk full: no space left on the device writing {where}"
+        log.error("job %s: %s", self.job_id, message, extra=self.log_extra)
+        return self._fail_or_retry(job, outcome.Failure(ErrorType.DISK_FULL, message, None, None), retry=False)
+
     def _bad_event(self, job: Job, code: int | None) -> str:
         """The trainer wrote an event the service cannot store: the same code would write it again, so no retry."""
         bad = self.tail.bad
@@ -300,13 +311,18 @@ class Supervisor:
     def _run_attempt(self, job: Job) -> str:
         spec = spec_from_dict(job.spec)
         run_dir = Path(job.run_dir or "")
-        self._prepare(job, spec, run_dir)
         launcher_log = run_dir / "logs" / f"attempt-{job.attempt}" / LAUNCHER_LOG
         self.tail = EventTail(run_dir / "events.jsonl")
-        try:  # the uploaded bundle and the requirements environment (worker/job_code.py)
+        try:
+            self._prepare(job, spec, run_dir)
+            # the uploaded bundle and the requirements environment (worker/job_code.py)
             job_code.prepare(self.settings, job, spec, run_dir, keep_going=lambda: self._setup_keep_going(job))
         except (job_code.SetupFailed, job_code.SetupInterrupted) as exc:
             return self._setup_ended(job, exc)
+        except OSError as exc:
+            if exc.errno != errno.ENOSPC:
+                raise
+            return self._disk_full(job, exc, run_dir)
         node: NodeLaunch | None = None
         if self.gang is not None:
             host = advertised_host(self.settings)
@@ -693,5 +709,10 @@ def _adopt_checkpoint(source: Path, checkpoints: Path) -> None:
 
 def _write_atomic(path: Path, text: str) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        exc.filename = exc.filename or str(path)  # a failed write() names no file; the job's error must
+        tmp.unlink(missing_ok=True)
+        raise
     os.replace(tmp, path)
