@@ -15,7 +15,7 @@ from trainer.spec import NAME_PATTERN
 class JobError(BaseModel):
     type: str | None = Field(
         description="spec_error, out_of_memory, training_error, user_code_error, timeout, worker_lost, preempted, stalled, "
-                    "engine_cancelled",
+                    "engine_cancelled, bad_event, disk_full, setup_error, internal_error",
     )
     message: str | None
     exit_code: int | None

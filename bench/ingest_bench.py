@@ -47,7 +47,9 @@ def _job(session: Session, name: str) -> str:
 def _supervisor_ingest(session: Session, job_id: str, tail: EventTail, batch: int) -> int:
     # The same as worker.supervisor.Supervisor._ingest.
     events = tail.read()
-    return sum(ingest_events(session, job_id, events[i:i + batch]) for i in range(0, len(events), batch))
+    stored = sum(ingest_events(session, job_id, events[i:i + batch]) for i in range(0, len(events), batch))
+    tail.ack()  # only once stored: a failed commit is read again
+    return stored
 
 
 def ingest(ctx: Ctx) -> dict[str, Any]:

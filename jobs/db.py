@@ -44,7 +44,24 @@ def make_engine(url: str) -> Engine:
         engine = sa.create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
         sa.event.listen(engine, "connect", _sqlite_pragmas)
         return engine
-    return sa.create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+    return sa.create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20, connect_args=_postgres_timeouts())
+
+
+def _postgres_timeouts() -> dict[str, Any]:
+    """Connect and statement timeouts and TCP keepalives: a database gone silent (a partition, a host that froze)
+    raises within seconds instead of blocking a supervisor whose ranks train on without a lease."""
+    from jobs.settings import get_settings
+
+    s = get_settings()
+    args: dict[str, Any] = {
+        "connect_timeout": s.db_connect_timeout_s, "keepalives": 1, "keepalives_idle": s.db_keepalive_idle_s,
+        "keepalives_interval": s.db_keepalive_interval_s, "keepalives_count": s.db_keepalive_count,
+        # Unacknowledged writes: what keepalives do not cover (Linux TCP_USER_TIMEOUT, milliseconds).
+        "tcp_user_timeout": 1000 * (s.db_keepalive_idle_s + s.db_keepalive_interval_s * s.db_keepalive_count),
+    }
+    if s.db_statement_timeout_s:
+        args["options"] = f"-c statement_timeout={int(s.db_statement_timeout_s * 1000)}"
+    return args
 
 
 @lru_cache(maxsize=8)

@@ -41,8 +41,15 @@ def _when(event: dict[str, Any]) -> datetime:
     return datetime.fromtimestamp(stamp, timezone.utc) if isinstance(stamp, (int, float)) else utcnow()
 
 
-def ingest_events(session: Session, job_id: str, events: list[dict[str, Any]]) -> int:
-    """Store new events of ``job_id``; returns how many were new. Commits."""
+class Fenced(Exception):
+    """The writer no longer holds the job (its attempt was requeued or finished): nothing of its batch was stored."""
+
+
+def ingest_events(session: Session, job_id: str, events: list[dict[str, Any]], guard: list[Any] | None = None) -> int:
+    """Store new events of ``job_id``; returns how many were new. Commits.
+
+    ``guard``: conditions on the job row (a supervisor's attempt, worker and status) checked by the same
+    transaction's UPDATE of the high-water mark; when they fail, the whole batch rolls back and Fenced is raised."""
     last_seq = session.exec(sa.select(Job.last_seq).where(Job.id == job_id)).scalar_one()  # type: ignore[call-overload]
     fresh = [e for e in events if isinstance(e.get("seq"), int) and e["seq"] > last_seq]
     if not fresh:
@@ -71,13 +78,17 @@ def ingest_events(session: Session, job_id: str, events: list[dict[str, Any]]) -
     _upsert(session, MetricPoint, list(metrics.values()), ["job_id", "name", "step"], ["value", "epoch", "time", "seq"])
     _upsert(session, Checkpoint, list(checkpoints.values()), ["job_id", "step"], ["path", "epoch", "seq", "details"])
 
-    job = session.get(Job, job_id)
+    job = session.get(Job, job_id, populate_existing=True)
     assert job is not None
-    job.last_seq = max(e["seq"] for e in fresh)
+    values: dict[str, Any] = {"last_seq": max(e["seq"] for e in fresh)}
     if last_step is not None:
-        job.last_step = max(job.last_step or 0, last_step)
+        values["last_step"] = max(job.last_step or 0, last_step)
     if latest:
-        job.latest_metrics = {**job.latest_metrics, **latest}
-    session.add(job)
+        values["latest_metrics"] = {**job.latest_metrics, **latest}
+    # One guarded UPDATE: it takes the row's lock, so a reconciler's requeue commits wholly before or after it.
+    done = session.exec(sa.update(Job).where(Job.id == job_id, *(guard or [])).values(**values))  # type: ignore[call-overload]
+    if done.rowcount != 1:
+        session.rollback()
+        raise Fenced(f"job {job_id}: events not stored, the writer no longer holds the job")
     session.commit()
     return len(fresh)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import secrets
 import time
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from enum import Enum
 from typing import Any
 
@@ -14,7 +15,16 @@ from sqlmodel import JSON, Column, Field, SQLModel
 
 
 def utcnow() -> datetime:
-    return datetime.now(timezone.utc)
+    """This host's UTC time; skewed by TORCHYARD_CLOCK_OFFSET_S (a test's stand-in for a host whose clock is off).
+    Leases never use it: they are stamped and compared with the database's clock (jobs/clock.py)."""
+    return datetime.now(timezone.utc) + _clock_offset()
+
+
+@functools.lru_cache(maxsize=1)
+def _clock_offset() -> timedelta:
+    from jobs.settings import get_settings  # settings import nothing of the tables; resolved at first use
+
+    return timedelta(seconds=get_settings().clock_offset_s)
 
 
 def new_job_id() -> str:
@@ -68,6 +78,8 @@ class ErrorType(str, Enum):
     STALLED = "stalled"
     SETUP = "setup_error"  # the job's code bundle or requirements could not be made ready
     CANCELLED_BY_ENGINE = "engine_cancelled"  # cancelled in Slurm (scancel by an administrator), not through torchyard
+    BAD_EVENT = "bad_event"  # events.jsonl held a line the service cannot store (names the line)
+    DISK_FULL = "disk_full"  # no space left while preparing the run (names the path)
     INTERNAL = "internal_error"
 
 

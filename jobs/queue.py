@@ -86,10 +86,22 @@ def enqueue_follower(redis: Redis, job: Job, nonce: str, node_rank: int) -> str:
 
 
 def remove(redis: Redis, queue_name: str, rq_ids: list[str]) -> None:
-    """Take tasks that never started off a queue; harmless for those already taken."""
+    """Take tasks that never started off a queue, and delete them; harmless for those already taken."""
     q = Queue(queue_name, connection=redis)
     for rq_id in rq_ids:
         q.remove(rq_id)
+        _forget(redis, rq_id)
+
+
+def _forget(redis: Redis, rq_id: str) -> None:
+    """Delete an RQ task that will never run. A removed task's hash has no expiry of its own (RQ sets one
+    only once a task finishes), so it would stay in Redis for good."""
+    try:
+        rq_job = RQJob.fetch(rq_id, connection=redis)
+    except NoSuchJobError:
+        return
+    if rq_job.get_status(refresh=False) in (None, "queued", "deferred", "scheduled", "canceled"):
+        rq_job.delete(remove_from_queue=True)
 
 
 def queue_position(redis: Redis, job: Job) -> int | None:
@@ -118,8 +130,8 @@ def is_waiting(redis: Redis, job: Job) -> bool:
 def dequeue(redis: Redis, job: Job) -> None:
     """Take a cancelled job's attempt off its queue; harmless if it is not there."""
     try:
-        q = Queue(job.queue, connection=redis)
-        q.remove(rq_job_id(job.id, job.attempt))
-        q.remove(current_rq_id(redis, job))
+        rq_ids = {rq_job_id(job.id, job.attempt), current_rq_id(redis, job)}
+        remove(redis, job.queue, sorted(rq_ids))
+        redis.delete(gang.offer_key(job.id, job.attempt), gang.held_key(job.id, job.attempt))
     except RedisError as exc:
         log.warning("job %s: could not remove from queue (%s)", job.id, exc, extra={"job_id": job.id})

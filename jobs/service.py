@@ -8,6 +8,7 @@ import hmac
 import json
 import logging
 import os
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -20,7 +21,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session
 
 from jobs import artifacts, gang, limits, queue, secrets
-from jobs.models import Attempt, Checkpoint, IdempotencyKey, Job, MetricPoint, Status, Transition
+from jobs.models import Attempt, Checkpoint, IdempotencyKey, Job, JobSecret, MetricPoint, Status, Transition
 from jobs.settings import Settings
 from jobs.states import TransitionRefused, transition
 from trainer.spec import JobSpec, ScriptJobSpec
@@ -242,6 +243,35 @@ def request_cancel(session: Session, redis: Redis, owner: str, job_id: str) -> J
             job = get_job(session, owner, job_id)
             session.refresh(job)
     raise JobConflict(f"job {job_id} keeps changing state; try again")
+
+
+def delete_job(session: Session, settings: Settings, owner: str, job_id: str) -> None:
+    """Delete a finished job: its rows (metrics, checkpoints, attempts, transitions, secrets, idempotency
+    keys, the job) in one transaction, then its run directory. A queued or running job: JobConflict."""
+    job = get_job(session, owner, job_id)
+    if not Status(job.status).terminal:
+        raise JobConflict(f"job {job_id} is {job.status}; cancel it first, only a finished job can be deleted")
+    run_dir = Path(job.run_dir) if job.run_dir else None
+    for model in (MetricPoint, Checkpoint, Attempt, Transition, JobSecret, IdempotencyKey):
+        session.exec(sa.delete(model).where(model.job_id == job_id))  # type: ignore[call-overload, attr-defined]
+    # Guarded on the status: a job that is terminal now stays so, but the check and the delete are one statement.
+    deleted = session.exec(sa.delete(Job).where(Job.id == job_id, Job.status == job.status))  # type: ignore[call-overload]
+    if deleted.rowcount != 1:
+        session.rollback()
+        raise JobConflict(f"job {job_id} changed while being deleted; try again")
+    session.commit()
+    if run_dir is not None:
+        remove_run_dir(settings, run_dir)
+
+
+def remove_run_dir(settings: Settings, run_dir: Path) -> None:
+    """Remove a job's run directory; only ever one directly under the runs directory."""
+    root = settings.runs_dir.resolve()
+    target = run_dir.resolve()
+    if target.parent != root:
+        log.warning("not removing %s: not a run directory under %s", target, root)
+        return
+    shutil.rmtree(target, ignore_errors=True)
 
 
 def retry(session: Session, redis: Redis, owner: str, job_id: str) -> Job:

@@ -51,6 +51,20 @@ class Settings(BaseSettings):
     stop_grace_s: float = Field(30.0, ge=0, description="SIGTERM to SIGKILL, time for the trainer to checkpoint.")
     ingest_batch: int = Field(500, ge=1)
     max_worker_losses: int = Field(3, ge=0, description="Lost workers a job survives (requeued, no retry spent) before it fails.")
+    run_retention_days: float | None = Field(
+        None, gt=0, description="Run directories of jobs finished longer ago than this many days are removed "
+                                "(the job's rows stay); unset: kept for good.")
+    run_retention_keep_weights: bool = Field(
+        False, description="When a run directory expires, keep its final consolidated weights file.")
+    clock_offset_s: float = Field(0.0, description="Skews this process's own wall clock (tests of clock skew); leases use "
+                                                   "the database's clock and are unaffected.")
+
+    # PostgreSQL connections (jobs/db.py): a silent partition must end in an error, not a hang.
+    db_connect_timeout_s: int = Field(5, ge=1, description="Seconds to establish a PostgreSQL connection.")
+    db_statement_timeout_s: float = Field(60.0, ge=0, description="Longest statement; 0: no limit.")
+    db_keepalive_idle_s: int = Field(10, ge=1, description="TCP keepalive: idle seconds before the first probe.")
+    db_keepalive_interval_s: int = Field(5, ge=1, description="TCP keepalive: seconds between probes.")
+    db_keepalive_count: int = Field(3, ge=1, description="TCP keepalive: unanswered probes before the connection is dead.")
 
     # Multi-node jobs (worker/gang.py, docs/multinode.md).
     worker_host: str | None = Field(

@@ -45,11 +45,13 @@ def transition(
     reason: str = "",
     values: dict[str, Any] | None = None,
     owner: str | None = None,
+    guard: Iterable[Any] = (),
 ) -> Job:
     """Move ``job_id`` to ``to`` if it is in one of ``expect`` (default: any state allowed to reach ``to``).
 
     Commits and returns the updated job; raises TransitionRefused when the guard does not hold.
-    ``values`` are further columns set in the same UPDATE (SQL expressions allowed).
+    ``values`` are further columns set in the same UPDATE (SQL expressions allowed); ``guard`` further
+    conditions of it (a supervisor's fence: this attempt, this worker, a live lease).
     """
     allowed_from = {s for s, targets in ALLOWED.items() if to in targets}
     if expect is not None:
@@ -57,6 +59,7 @@ def transition(
     where = [Job.id == job_id]
     if owner is not None:
         where.append(Job.owner == owner)
+    where.extend(guard)
     for _ in range(5):
         current = session.exec(sa.select(Job.status).where(*where)).scalar_one_or_none()  # type: ignore[call-overload]
         if current is None or Status(current) not in allowed_from:

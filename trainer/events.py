@@ -15,21 +15,36 @@ log = logging.getLogger(__name__)
 EVENTS_FILE = "events.jsonl"
 
 
+def _seq_of(line: bytes) -> int | None:
+    try:
+        return int(json.loads(line)["seq"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
 def last_seq(path: Path) -> int:
-    """The highest seq already in the file, 0 when none; a torn last line is ignored."""
+    """The highest seq already in the file, 0 when none; a torn last line is ignored.
+
+    Read backwards in blocks until the last complete line that carries a seq (seq only grows): one
+    line longer than a block (a large status event) is joined across blocks, never misread as none."""
     if not path.exists():
         return 0
-    best = 0
+    block = 65536
     with path.open("rb") as f:
-        # Only the tail matters; reading the last 64 KiB avoids scanning long runs' files.
-        size = f.seek(0, os.SEEK_END)
-        f.seek(max(0, size - 65536))
-        for line in f.read().splitlines():
-            try:
-                best = max(best, int(json.loads(line)["seq"]))
-            except (ValueError, KeyError, TypeError):
-                continue
-    return best
+        pos = f.seek(0, os.SEEK_END)
+        carry = b""  # the start of a line cut by the block boundary, completed by the next block back
+        while pos > 0:
+            size = min(block, pos)
+            pos -= size
+            f.seek(pos)
+            lines = (f.read(size) + carry).split(b"\n")
+            carry = lines.pop(0) if pos > 0 else b""
+            for line in reversed(lines):
+                seq = _seq_of(line) if line.strip() else None
+                if seq is not None:
+                    return seq
+        seq = _seq_of(carry) if carry.strip() else None
+    return seq or 0
 
 
 def _ends_torn(path: Path) -> bool:

@@ -29,13 +29,14 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
+from typing import TypeVar
 
 import sqlalchemy as sa
 from redis import Redis
 from sqlmodel import Session
 
 from jobs import gang as keys
-from jobs import queue
+from jobs import queue, retry
 from jobs.db import get_engine
 from jobs.models import Job, Status
 from jobs.settings import Settings, get_settings
@@ -45,6 +46,8 @@ from worker import processes
 from worker.launch import NodeLaunch, rank_secrets, torchrun_command, torchrun_env
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 ASSEMBLING, GO, ABORT, STOP = "assembling", "go", "abort", "stop"
 
@@ -69,13 +72,68 @@ def free_port(host: str) -> int:
         return int(s.getsockname()[1])
 
 
+class _Retried:
+    """A Redis client whose every command rides out a blip (a restart, a failover) for up to ``deadline_s``:
+    shorter than a heartbeat's expiry, so a peer never looks lost because of it."""
+
+    def __init__(self, redis: Redis, deadline_s: float):
+        self._redis, self._deadline_s = redis, deadline_s
+
+    def __getattr__(self, name: str) -> object:
+        attr = getattr(self._redis, name)
+        if not callable(attr) or name == "pipeline":
+            return attr
+
+        def call(*args: object, **kwargs: object) -> object:
+            return retry.call(lambda: attr(*args, **kwargs), deadline=self._deadline_s, what=f"gang redis {name}")
+
+        return call
+
+    def pipeline(self) -> _RetriedPipeline:
+        return _RetriedPipeline(self._redis, self._deadline_s)
+
+
+class _RetriedPipeline:
+    """Queues commands and sends them with retries; the gang's pipelines are idempotent (HSET, EXPIRE, DEL)."""
+
+    def __init__(self, redis: Redis, deadline_s: float):
+        self._redis, self._deadline_s = redis, deadline_s
+        self._commands: list[tuple[str, tuple[object, ...], dict[str, object]]] = []
+
+    def __getattr__(self, name: str) -> Callable[..., None]:
+        def queue_command(*args: object, **kwargs: object) -> None:
+            self._commands.append((name, args, kwargs))
+
+        return queue_command
+
+    def execute(self) -> list[object]:
+        def send() -> list[object]:
+            pipe = self._redis.pipeline()
+            for name, args, kwargs in self._commands:
+                getattr(pipe, name)(*args, **kwargs)
+            return pipe.execute()
+
+        return retry.call(send, deadline=self._deadline_s, what="gang redis pipeline")
+
+
 class Round:
     """The Redis state of one assembly round of one attempt's gang."""
 
     def __init__(self, redis: Redis, job_id: str, attempt: int, nonce: str, nnodes: int, hb_ttl_s: float):
-        self.redis, self.job_id, self.attempt, self.nonce, self.nnodes = redis, job_id, attempt, nonce, nnodes
-        self.key = keys.round_key(job_id, attempt, nonce)
         self.hb_ttl_ms = max(1000, int(hb_ttl_s * 1000))
+        self.redis = _Retried(redis, self.hb_ttl_ms / 2000)  # type: ignore[assignment]
+        self.job_id, self.attempt, self.nonce, self.nnodes = job_id, attempt, nonce, nnodes
+        self.key = keys.round_key(job_id, attempt, nonce)
+        self._missing: dict[int, float] = {}
+
+    def lost(self, rank: int) -> bool:
+        """``rank``'s heartbeat has been missing for a whole heartbeat TTL. One missing read is not enough:
+        Redis restarted empty (or flushed) drops every heartbeat key until the next beat."""
+        if self.alive(rank):
+            self._missing.pop(rank, None)
+            return False
+        since = self._missing.setdefault(rank, time.monotonic())
+        return time.monotonic() - since > self.hb_ttl_ms / 1000
 
     # The round's control hash: state (assembling | go | abort | stop), endpoint, nnodes.
     def open(self) -> None:
@@ -123,13 +181,18 @@ class Leader:
     """Node 0's side of the protocol, driven by the supervisor."""
 
     def __init__(self, redis: Redis, settings: Settings, job: Job, nnodes: int, worker: str):
-        self.redis, self.settings, self.job, self.worker = redis, settings, job, worker
+        self.raw_redis = redis  # RQ's queues take the plain client
+        self.redis = _Retried(redis, max(1.0, settings.lease_ttl_s / 2))  # type: ignore[assignment]
+        self.settings, self.job, self.worker = settings, job, worker
         self.nonce = secrets.token_hex(4)
         self.round = Round(redis, job.id, job.attempt, self.nonce, nnodes, settings.lease_ttl_s)
         self.lock_value = keys.lock_value(job.id, job.attempt, self.nonce)
         self.lock_ms = int(settings.gang_assemble_timeout_s * 2000)
         self.follower_tasks: list[str] = []
         self.nnodes = nnodes
+
+    def _rq(self, fn: Callable[[], T]) -> T:
+        return retry.call(fn, deadline=max(1.0, self.settings.lease_ttl_s / 2), what=f"job {self.job.id}: gang queue")
 
     @property
     def followers(self) -> range:
@@ -151,7 +214,8 @@ class Leader:
         the job was cancelled or this worker is stopping meanwhile."""
         self.round.open()
         self.round.join(0, self.worker)
-        self.follower_tasks = [queue.enqueue_follower(self.redis, self.job, self.nonce, r) for r in self.followers]
+        self.follower_tasks = [self._rq(lambda r=r: queue.enqueue_follower(self.raw_redis, self.job, self.nonce, r))
+                               for r in self.followers]
         deadline = time.monotonic() + self.settings.gang_assemble_timeout_s
         while time.monotonic() < deadline and still_wanted():
             self.redis.eval(_REFRESH, 1, keys.ASSEMBLING_LOCK, self.lock_value, self.lock_ms)
@@ -166,7 +230,7 @@ class Leader:
 
     def abort(self) -> None:
         self.round.publish(ABORT)
-        queue.remove(self.redis, self.job.queue, self.follower_tasks)
+        self._rq(lambda: queue.remove(self.raw_redis, self.job.queue, self.follower_tasks))
         self.release()
 
     def go(self, endpoint: str) -> None:
@@ -189,7 +253,7 @@ class Leader:
                     return f"{who} was preempted", "preempted"
                 if exits[rank] != 0:
                     return f"{who} exited with code {exits[rank]}", "failed"
-            elif not self.round.alive(rank):
+            elif self.round.lost(rank):
                 return f"{who} stopped heart-beating", "lost"
         return None
 
@@ -312,7 +376,7 @@ class Follower:
         state, _ = self.round.state()
         if state == STOP:
             return "the leader stopped the gang"
-        if not self.round.alive(0):
+        if self.round.lost(0):
             return "the leader stopped heart-beating"
         try:
             job = self._job()

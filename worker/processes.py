@@ -28,6 +28,8 @@ JOB_MARK = "TORCHYARD_JOB_ID"
 # Set on a multi-node job's processes: when several nodes share one host (tests, or two workers on
 # one machine) stopping one node must not kill another node's ranks.
 NODE_MARK = "TORCHYARD_NODE_RANK"
+# Set on every process of an attempt (worker/launch.py): a stale supervisor kills its own attempt only.
+ATTEMPT_MARK = "TORCHYARD_ATTEMPT"
 
 
 def _parent_death_signal(parent_pid: int, sig: int) -> Callable[[], None]:
@@ -51,11 +53,13 @@ def spawn(cmd: list[str], env: dict[str, str], cwd: Path, log_path: Path) -> sub
         )
 
 
-def marked_processes(job_id: str, node: int | None = None) -> list[psutil.Process]:
-    """Every live process whose environment carries this job's mark (and ``node``'s, when given)."""
+def marked_processes(job_id: str, node: int | None = None, attempt: int | None = None) -> list[psutil.Process]:
+    """Every live process whose environment carries this job's mark (and ``node``'s and ``attempt``'s, when given)."""
     needles = {f"{JOB_MARK}={job_id}".encode()}
     if node is not None:
         needles.add(f"{NODE_MARK}={node}".encode())
+    if attempt is not None:
+        needles.add(f"{ATTEMPT_MARK}={attempt}".encode())
     found = []
     for proc in psutil.process_iter():
         try:
@@ -67,12 +71,12 @@ def marked_processes(job_id: str, node: int | None = None) -> list[psutil.Proces
     return found
 
 
-def kill_marked(job_id: str, timeout_s: float = 15.0, node: int | None = None) -> int:
+def kill_marked(job_id: str, timeout_s: float = 15.0, node: int | None = None, attempt: int | None = None) -> int:
     """SIGKILL every process of the job until none is left (a dying torchrun may still be
     starting ranks while we look). Returns how many were killed."""
     killed = 0
     deadline = time.monotonic() + timeout_s
-    while procs := marked_processes(job_id, node):
+    while procs := marked_processes(job_id, node, attempt):
         for proc in procs:
             with contextlib.suppress(psutil.Error):
                 proc.kill()
@@ -85,7 +89,7 @@ def kill_marked(job_id: str, timeout_s: float = 15.0, node: int | None = None) -
 
 
 def stop(proc: subprocess.Popen[bytes], job_id: str, grace_s: float, on_wait: Callable[[], None] | None = None,
-         node: int | None = None) -> int | None:
+         node: int | None = None, attempt: int | None = None) -> int | None:
     """SIGTERM torchrun, wait up to ``grace_s`` (calling ``on_wait`` meanwhile, e.g. to keep
     ingesting events), then SIGKILL whatever of the job is left. Returns torchrun's exit code."""
     if proc.poll() is None:
@@ -96,7 +100,7 @@ def stop(proc: subprocess.Popen[bytes], job_id: str, grace_s: float, on_wait: Ca
             if on_wait:
                 on_wait()
             time.sleep(0.2)
-    kill_marked(job_id, node=node)
+    kill_marked(job_id, node=node, attempt=attempt)
     try:
         return proc.wait(timeout=10)
     except subprocess.TimeoutExpired:

@@ -9,6 +9,7 @@ exit:  read the error file, then succeeded | failed | cancelled | queued (retry 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import os
@@ -16,11 +17,13 @@ import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
 from pathlib import Path
 from types import FrameType
+from typing import TypeVar
 
 import sqlalchemy as sa
 from redis import Redis
@@ -29,9 +32,10 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session
 
 from jobs import gang as gang_keys
-from jobs import queue
+from jobs import queue, retry
+from jobs.clock import db_now
 from jobs.db import get_engine
-from jobs.ingest import ingest_events
+from jobs.ingest import Fenced, ingest_events
 from jobs.limits import running_cap_reached
 from jobs.models import Attempt, ErrorType, Job, Status, utcnow
 from jobs.reconciler import worker_losses
@@ -45,6 +49,8 @@ from worker.launch import ERROR_FILE, SPEC_FILE, NodeLaunch, rank_secrets, torch
 from worker.tail import EventTail
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 LAUNCHER_LOG = "launcher.log"
 
@@ -87,6 +93,11 @@ class Supervisor:
         self.gang: Leader | None = None
         self.node: int | None = None
         self._setup_beat = 0.0  # next heartbeat while the job's environment is built
+        # When the lease was last renewed (monotonic); database calls retry until 0.8 TTL past it.
+        self.lease_ok = time.monotonic()
+        self.lease_lost = False
+        self.watchdog_fired = False  # the ranks were stopped because the lease went unrenewed
+        self.attempt: int | None = None  # the claimed attempt, a plain value: ORM rows expire on rollback
 
     # ------------------------------------------------------------ lifecycle
 
@@ -110,21 +121,44 @@ class Supervisor:
                 if self.gang is not None:
                     self.gang.abort()
                 return f"skipped: {exc}"
-            return self._run_attempt(job)
+            try:
+                return self._run_attempt(job)
+            except Fenced as exc:
+                log.warning("%s; stopping this attempt's processes", exc, extra=self.log_extra)
+                self._kill_own()
+                return "lost ownership"
+            except SQLAlchemyError as exc:
+                # Unreachable past our lease: the reconciler requeues the job; no process of ours may run on.
+                log.error("job %s: database unreachable past the lease (%s); giving the attempt up", self.job_id,
+                          exc.__class__.__name__, extra=self.log_extra)
+                self._gang_stop_quietly()
+                self._kill_own()
+                return "lost ownership (database unreachable)"
         finally:
+            self._stop_watchdog()
             signal.signal(signal.SIGTERM, previous)
             self.session.close()
 
     # ------------------------------------------------------------ gang (multi-node jobs, worker/gang.py)
 
     def _nnodes(self) -> int:
-        job = self.session.get(Job, self.job_id)
-        self.session.commit()
-        return gang_keys.nnodes(job.spec) if job is not None else 1
+        def read() -> int:
+            job = self.session.get(Job, self.job_id)
+            self.session.commit()
+            return gang_keys.nnodes(job.spec) if job is not None else 1
+
+        return self._db(read, "reading the job")
 
     def _queued_job(self) -> Job | None:
-        job = self.session.get(Job, self.job_id, populate_existing=True)
-        self.session.commit()
+        def read() -> Job | None:
+            job = self.session.get(Job, self.job_id, populate_existing=True)
+            self.session.commit()
+            if job is not None:
+                # Detached, fully loaded: a later rollback cannot expire it into a query against a dead database.
+                self.session.expunge(job)
+            return job
+
+        job = self._db(read, "reading the job")
         if job is None or job.status != Status.QUEUED.value or job.attempt != self.rq_attempt:
             return None
         return job
@@ -168,14 +202,19 @@ class Supervisor:
         if self.gang is not None:
             self.gang.stop()
 
+    def _gang_stop_quietly(self) -> None:
+        try:
+            self._gang_stop()
+        except Exception:  # noqa: BLE001 - giving up anyway; the followers stop when node 0's heartbeat lapses
+            log.warning("job %s: could not tell the gang to stop", self.job_id, extra=self.log_extra)
+
     def _gang_settle(self, job: Job) -> list[int]:
         """Stop waiting for the followers once each reported its exit or stopped heart-beating; the lost ones."""
         if self.gang is None:
             return []
 
         def keep_lease() -> None:
-            with contextlib.suppress(SQLAlchemyError):
-                self._heartbeat(job.attempt)
+            self._try_heartbeat()
 
         return self.gang.settle(self.settings.stop_grace_s + self.settings.lease_ttl_s + 5, on_wait=keep_lease)
 
@@ -201,35 +240,64 @@ class Supervisor:
     def _node_lost(self, job: Job, what: str, code: int | None) -> str:
         """A follower's worker vanished: like a lost worker, requeued without spending a retry, up to max_worker_losses."""
         error = outcome.Failure(ErrorType.WORKER_LOST, what, None, code)
-        if worker_losses(self.session, job.id) < self.settings.max_worker_losses:
+        if self._db(lambda: worker_losses(self.session, job.id), "counting lost workers") < self.settings.max_worker_losses:
             return self._requeue(job, reason=f"{what}; requeued", outcome_name="lost", consume_retry=False,
                                  exit_code=code, error=error)
         return self._fail_or_retry(job, outcome.Failure(
             ErrorType.WORKER_LOST, f"{what}; {self.settings.max_worker_losses} workers lost already", None, code), retry=False)
+
+    def _disk_full(self, job: Job, exc: OSError, run_dir: Path) -> str:
+        """No space to prepare the run: named as such (not a lost worker), and not retried: another attempt would
+        write to the same volume."""
+        if self.gang is not None:
+            self.gang.abort()
+        where = exc.filename or getattr(exc, "path", None) or run_dir
+        message = f"disk full: no space left on the device writing {where}"
+        log.error("job %s: %s", self.job_id, message, extra=self.log_extra)
+        return self._fail_or_retry(job, outcome.Failure(ErrorType.DISK_FULL, message, None, None), retry=False)
+
+    def _bad_event(self, job: Job, code: int | None) -> str:
+        """The trainer wrote an event the service cannot store: the same code would write it again, so no retry."""
+        bad = self.tail.bad
+        log.error("job %s: malformed event (%s); failing the job", self.job_id, bad, extra=self.log_extra)
+        return self._fail_or_retry(job, outcome.Failure(ErrorType.BAD_EVENT, f"malformed event: {bad}", None, code), retry=False)
 
     def _on_sigterm(self, signum: int, _frame: FrameType | None) -> None:
         log.warning("job %s: worker is stopping; preempting the attempt", self.job_id, extra=self.log_extra)
         self.preempt_requested = True
 
     def _over_running_cap(self) -> bool:
-        job = self.session.get(Job, self.job_id)
-        over = job is not None and job.status == Status.QUEUED.value and running_cap_reached(self.session, job.owner, self.settings)
-        self.session.commit()
-        return over
+        def read() -> bool:
+            job = self.session.get(Job, self.job_id)
+            over = job is not None and job.status == Status.QUEUED.value and running_cap_reached(self.session, job.owner, self.settings)
+            self.session.commit()
+            return over
+
+        return self._db(read, "reading the job")
 
     def _claim(self) -> Job:
-        now = utcnow()
-        run_dir = (self.settings.runs_dir / self.job_id).resolve()
-        job = transition(
-            self.session, self.job_id, Status.RUNNING, expect=[Status.QUEUED], reason=f"started on {self.worker_id}",
-            values={
-                "worker_id": self.worker_id, "run_dir": str(run_dir),
-                "started_at": sa.func.coalesce(Job.started_at, now),
-                "lease_expires_at": now + timedelta(seconds=self.settings.lease_ttl_s),
-            },
-        )
-        self.session.merge(Attempt(job_id=job.id, attempt=job.attempt, worker_id=self.worker_id, started_at=now))
-        self.session.commit()
+        def claim() -> Job:
+            now = utcnow()
+            run_dir = (self.settings.runs_dir / self.job_id).resolve()
+            job = transition(
+                self.session, self.job_id, Status.RUNNING, expect=[Status.QUEUED], reason=f"started on {self.worker_id}",
+                values={
+                    "worker_id": self.worker_id, "run_dir": str(run_dir),
+                    "started_at": sa.func.coalesce(Job.started_at, now),
+                    "lease_expires_at": db_now(self.session, self.settings.lease_ttl_s),
+                },
+            )
+            self.session.merge(Attempt(job_id=job.id, attempt=job.attempt, worker_id=self.worker_id, started_at=now))
+            self.session.commit()
+            return job
+
+        # A claim whose commit was lost is retried as a transition from queued, which then refuses: the job sits
+        # running with our lease until the reconciler requeues it, which costs no retry.
+        job = self._db(claim, "claiming the job")
+        self.lease_ok = time.monotonic()
+        self.attempt = job.attempt
+        # Detached, fully loaded: a later rollback cannot expire it into a query against a dead database.
+        self.session.expunge(job)
         return job
 
     def _prepare(self, job: Job, spec: AnySpec, run_dir: Path) -> None:
@@ -243,20 +311,25 @@ class Supervisor:
     def _run_attempt(self, job: Job) -> str:
         spec = spec_from_dict(job.spec)
         run_dir = Path(job.run_dir or "")
-        self._prepare(job, spec, run_dir)
         launcher_log = run_dir / "logs" / f"attempt-{job.attempt}" / LAUNCHER_LOG
         self.tail = EventTail(run_dir / "events.jsonl")
-        try:  # the uploaded bundle and the requirements environment (worker/job_code.py)
+        try:
+            self._prepare(job, spec, run_dir)
+            # the uploaded bundle and the requirements environment (worker/job_code.py)
             job_code.prepare(self.settings, job, spec, run_dir, keep_going=lambda: self._setup_keep_going(job))
         except (job_code.SetupFailed, job_code.SetupInterrupted) as exc:
             return self._setup_ended(job, exc)
+        except OSError as exc:
+            if exc.errno != errno.ENOSPC:
+                raise
+            return self._disk_full(job, exc, run_dir)
         node: NodeLaunch | None = None
         if self.gang is not None:
             host = advertised_host(self.settings)
             node = node_launch(self.settings, job.id, job.attempt, spec.parallel.nnodes, 0, f"{host}:{free_port(host)}")
         try:
             command = torchrun_command(spec, run_dir, job.attempt, self.settings, node=node)
-            secrets = rank_secrets(self.session, job.id, self.settings)
+            secrets = self._db(lambda: rank_secrets(self.session, job.id, self.settings), "reading the job's secrets")
         except SpecError as exc:
             # The code root changed under an accepted job: nothing outside it may run, and retrying cannot help.
             if self.gang is not None:
@@ -265,6 +338,7 @@ class Supervisor:
         env = torchrun_env(job.id, job.attempt, run_dir, self.settings, spec, resume_from=job.resume_from, node=node,
                            secrets=secrets)
         proc = processes.spawn(command, env, cwd=run_dir, log_path=launcher_log)
+        self._start_watchdog()
         if self.gang is not None and node is not None:
             # spec.json is written and the job row says running: the followers may start.
             self.gang.go(node.endpoint)
@@ -272,16 +346,25 @@ class Supervisor:
                      extra=self.log_extra)
         log.info("job %s attempt %d: torchrun pid %d", job.id, job.attempt, proc.pid, extra=self.log_extra)
         verdict = self._watch(job, spec, proc)
+        self._stop_watchdog()  # the ranks are gone: nothing left for it to stop
         if verdict is not None:
             return verdict
 
         code = proc.returncode
-        processes.kill_marked(job.id, node=self.node)  # strays such as data-loader workers orphaned by a dead rank
+        if self.watchdog_fired:
+            # Not the training's fault: like a lost worker, requeued without spending a retry (if still ours).
+            self._gang_stop_quietly()
+            what = f"lease not renewed within {0.8 * self.settings.lease_ttl_s:.1f}s; ranks stopped"
+            return self._requeue(job, reason=f"{what}; requeued", outcome_name="lost", consume_retry=False, exit_code=code,
+                                 error=outcome.Failure(ErrorType.WORKER_LOST, what, None, code))
+        processes.kill_marked(job.id, node=self.node, attempt=job.attempt)  # strays such as data-loader workers orphaned by a dead rank
         if code != 0:
             self._gang_stop()  # node 0 failed: no follower may run on alone
         lost = self._gang_settle(job)
         self._gang_stop()  # whatever did not finish by now stops
         self._ingest()
+        if self.tail.bad is not None:
+            return self._bad_event(job, code)
         if self._status() == Status.CANCELLING:
             return self._finish(job, Status.CANCELLED, reason="cancelled by user", outcome="cancelled")
         if code == 0:
@@ -310,7 +393,7 @@ class Supervisor:
                     return False
                 self._setup_beat = now + self.settings.lease_ttl_s / 3
         with contextlib.suppress(SQLAlchemyError):
-            if self._status() == Status.CANCELLING:
+            if self._status(retried=False) == Status.CANCELLING:
                 return False
         return not self.preempt_requested
 
@@ -341,23 +424,40 @@ class Supervisor:
                     if not self._heartbeat(job.attempt):
                         # The reconciler gave the job to someone else: no process of ours may write on.
                         self._gang_stop()
-                        processes.kill_marked(job.id, node=self.node)
+                        self._kill_own()
                         proc.wait()
                         return "lost ownership"
                     clock.last_heartbeat_ok, clock.next_heartbeat = now, now + ttl / 3
                 status = self._status()
+            except Fenced as exc:
+                log.warning("%s; stopping this attempt's processes", exc, extra=self.log_extra)
+                self._gang_stop_quietly()
+                self._kill_own()
+                proc.wait()
+                return "lost ownership"
             except SQLAlchemyError as exc:
-                log.warning("job %s: database unreachable (%s)", job.id, exc.__class__.__name__, extra=self.log_extra)
-                self.session.rollback()
-                if now - clock.last_heartbeat_ok > ttl * 0.8:
+                # self.job_id, never job.id: reading an expired row would query the unreachable database again.
+                log.warning("job %s: database unreachable (%s)", self.job_id, exc.__class__.__name__, extra=self.log_extra)
+                with contextlib.suppress(SQLAlchemyError):
+                    self.session.rollback()
+                now = time.monotonic()
+                if self.lease_lost:
+                    self._gang_stop_quietly()
+                    self._kill_own()
+                    proc.wait()
+                    return "lost ownership"
+                if now - max(clock.last_heartbeat_ok, self.lease_ok) > ttl * 0.8:
                     # Our lease is about to lapse and someone may take the job over: stop writing first.
-                    self._gang_stop()
-                    processes.kill_marked(job.id, node=self.node)
+                    self._gang_stop_quietly()
+                    self._kill_own()
                     proc.wait()
                     return "lost ownership (database unreachable)"
                 time.sleep(self.settings.poll_interval_s)
                 continue
 
+            if self.tail.bad is not None:
+                code = self._stop(proc, job)
+                return self._bad_event(job, code)
             if status == Status.CANCELLING:
                 self._stop(proc, job)
                 return self._finish(job, Status.CANCELLED, reason="cancelled by user", outcome="cancelled")
@@ -400,54 +500,144 @@ class Supervisor:
             # The grace period can outlast the lease; without heartbeats a reconciler would take the job mid-stop.
             if self.gang is not None:
                 self.gang.round.beat(0)  # and the followers would take node 0 for dead
-            self._ingest()
-            with contextlib.suppress(SQLAlchemyError):
-                self._heartbeat(job.attempt)
+            with contextlib.suppress(SQLAlchemyError, Fenced):  # the final ingest reads these lines again, or is fenced too
+                self._ingest()
+            self._try_heartbeat()
 
         # Every node gets its stop at about the same time: a checkpoint on SIGTERM is a collective.
         self._gang_stop()
-        code = processes.stop(proc, job.id, self.settings.stop_grace_s, on_wait=keep_lease, node=self.node)
+        code = processes.stop(proc, job.id, self.settings.stop_grace_s, on_wait=keep_lease, node=self.node, attempt=job.attempt)
         self._gang_settle(job)
         self._ingest()
         return code
 
     def _ingest(self) -> int:
+        """Store what rank 0 appended; the tail moves past it only once the rows are committed."""
         events = self.tail.read()
+        batch = self.settings.ingest_batch
+
+        def store() -> int:
+            return sum(ingest_events(self.session, self.job_id, events[i:i + batch], guard=self._fence())
+                       for i in range(0, len(events), batch))
+
+        stored = self._db(store, "storing events") if events else 0
+        self.tail.ack()
         for event in events:
             if event.get("type") == "status":
                 self.last_phase = event.get("phase")
-        batch = self.settings.ingest_batch
-        return sum(ingest_events(self.session, self.job_id, events[i:i + batch]) for i in range(0, len(events), batch))
+        return stored
+
+    # ------------------------------------------------------------ database calls through a blip
+
+    def _fence(self) -> list[object]:
+        """Conditions every write of this supervisor carries, checked in its own transaction: the job still runs
+        this attempt on this worker. The reconciler's requeue bumps the attempt, so a stale supervisor (frozen,
+        partitioned) that wakes up writes nothing."""
+        return [Job.attempt == self.attempt, Job.worker_id == self.worker_id,
+                Job.status.in_([Status.RUNNING.value, Status.CANCELLING.value])]  # type: ignore[attr-defined]
+
+    def _kill_own(self) -> None:
+        """SIGKILL every process of this attempt (on this node); those of a newer attempt on this host live on."""
+        if self.attempt is not None:
+            processes.kill_marked(self.job_id, node=self.node, attempt=self.attempt)
+
+    def _start_watchdog(self) -> None:
+        """Stops the ranks once the lease went unrenewed for 0.8 TTL, even while the main thread hangs in a
+        database call: past that point the reconciler may hand the job to another worker."""
+        self._watchdog_done = threading.Event()
+        limit = self.settings.lease_ttl_s * 0.8
+
+        def watch() -> None:
+            while not self._watchdog_done.wait(min(0.5, limit / 4)):
+                late = time.monotonic() - self.lease_ok
+                if late > limit:
+                    log.error("job %s: lease not renewed for %.1fs (limit %.1fs); stopping attempt %s's processes",
+                              self.job_id, late, limit, self.attempt, extra=self.log_extra)
+                    self.watchdog_fired = True
+                    self._kill_own()
+                    return
+
+        threading.Thread(target=watch, name=f"lease-watchdog-{self.job_id}", daemon=True).start()
+
+    def _stop_watchdog(self) -> None:
+        done = getattr(self, "_watchdog_done", None)
+        if done is not None:
+            done.set()
+
+    def _lease_deadline(self) -> float:
+        """Monotonic time after which the lease may lapse unseen: stop retrying and stop writing."""
+        return self.lease_ok + self.settings.lease_ttl_s * 0.8
+
+    def _db(self, fn: Callable[[], T], what: str) -> T:
+        """``fn()`` retried through transient database and Redis errors while the lease lasts. Between tries the
+        session is rolled back and the lease renewed, so a blip shorter than the lease costs nothing."""
+
+        def between_tries() -> None:
+            with contextlib.suppress(SQLAlchemyError):
+                self.session.rollback()
+            self._try_heartbeat()
+
+        def out_of_time() -> bool:
+            return self.lease_lost or time.monotonic() >= self._lease_deadline()
+
+        return retry.call(fn, deadline=out_of_time, what=f"job {self.job_id}: {what}", on_retry=between_tries)
+
+    def _try_heartbeat(self) -> None:
+        """One heartbeat, errors swallowed: a renewal extends the retry deadline, a refusal ends it."""
+        if self.attempt is None:
+            return
+        try:
+            self._heartbeat(self.attempt)
+        except SQLAlchemyError:
+            with contextlib.suppress(SQLAlchemyError):
+                self.session.rollback()
 
     def _heartbeat(self, attempt: int) -> bool:
-        expires = utcnow() + timedelta(seconds=self.settings.lease_ttl_s)
         result = self.session.exec(  # type: ignore[call-overload]
             sa.update(Job)
             .where(Job.id == self.job_id, Job.worker_id == self.worker_id, Job.attempt == attempt,
                    Job.status.in_([Status.RUNNING.value, Status.CANCELLING.value]))  # type: ignore[attr-defined]
-            .values(lease_expires_at=expires)
+            .values(lease_expires_at=db_now(self.session, self.settings.lease_ttl_s))
         )
         self.session.commit()
-        return result.rowcount == 1
+        if result.rowcount == 1:
+            self.lease_ok = time.monotonic()
+            return True
+        self.lease_lost = True
+        return False
 
-    def _status(self) -> Status:
-        value = self.session.exec(sa.select(Job.status).where(Job.id == self.job_id)).scalar_one()  # type: ignore[call-overload]
-        self.session.commit()
-        return Status(value)
+    def _status(self, retried: bool = True) -> Status:
+        def read() -> Status:
+            value = self.session.exec(sa.select(Job.status).where(Job.id == self.job_id)).scalar_one()  # type: ignore[call-overload]
+            self.session.commit()
+            return Status(value)
+
+        return self._db(read, "reading the status") if retried else read()
 
     def _record_attempt(self, job: Job, outcome_name: str, exit_code: int | None, error_type: str | None) -> None:
-        row = self.session.get(Attempt, (job.id, job.attempt))
-        if row is not None:
-            row.finished_at, row.outcome, row.exit_code, row.error_type = utcnow(), outcome_name, exit_code, error_type
-            row.resumed_from_step = _resumed_from(self.tail.path)
-            self.session.add(row)
+        resumed = _resumed_from(self.tail.path)
+
+        def record() -> None:
+            # Only while this supervisor still holds the job: a stale one must not rewrite the reconciler's "lost".
+            holds = sa.exists().where(Job.id == self.job_id, *self._fence())
+            self.session.exec(  # type: ignore[call-overload]
+                sa.update(Attempt).where(Attempt.job_id == job.id, Attempt.attempt == job.attempt, holds)
+                .values(finished_at=utcnow(), outcome=outcome_name, exit_code=exit_code, error_type=error_type,
+                        resumed_from_step=resumed))
             self.session.commit()
+
+        self._db(record, "recording the attempt")
+
+    def _transition(self, to: Status, *, expect: list[Status], reason: str, values: dict[str, object] | None) -> Job:
+        return self._db(lambda: transition(self.session, self.job_id, to, expect=expect, reason=reason, values=values,
+                                           guard=self._fence()),
+                        f"moving the job to {to.value}")
 
     def _finish(self, job: Job, to: Status, *, reason: str, outcome: str, exit_code: int | None = None) -> str:
         self._record_attempt(job, outcome, exit_code, None)
         try:
-            transition(self.session, job.id, to, expect=[Status.RUNNING, Status.CANCELLING], reason=reason,
-                       values={"exit_code": exit_code} if exit_code is not None else None)
+            self._transition(to, expect=[Status.RUNNING, Status.CANCELLING], reason=reason,
+                             values={"exit_code": exit_code} if exit_code is not None else None)
         except TransitionRefused as exc:
             log.warning("job %s: final transition refused (%s)", job.id, exc, extra=self.log_extra)
         return to.value
@@ -463,7 +653,7 @@ class Supervisor:
         if error is not None:
             values.update(_error_values(error))
         try:
-            fresh = transition(self.session, job.id, Status.QUEUED, expect=[Status.RUNNING], reason=reason, values=values)
+            fresh = self._transition(Status.QUEUED, expect=[Status.RUNNING], reason=reason, values=values)
         except TransitionRefused as exc:
             log.warning("job %s: requeue refused (%s)", job.id, exc, extra=self.log_extra)
             return "requeue refused"
@@ -476,8 +666,8 @@ class Supervisor:
                                  outcome_name="failed", consume_retry=True, exit_code=error.exit_code, error=error)
         self._record_attempt(job, "failed", error.exit_code, error.type.value)
         try:
-            transition(self.session, job.id, Status.FAILED, expect=[Status.RUNNING, Status.CANCELLING], reason=error.message[:500],
-                       values=_error_values(error))
+            self._transition(Status.FAILED, expect=[Status.RUNNING, Status.CANCELLING], reason=error.message[:500],
+                             values=_error_values(error))
         except TransitionRefused as exc:
             log.warning("job %s: fail refused (%s)", job.id, exc, extra=self.log_extra)
         return Status.FAILED.value
@@ -519,5 +709,10 @@ def _adopt_checkpoint(source: Path, checkpoints: Path) -> None:
 
 def _write_atomic(path: Path, text: str) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        exc.filename = exc.filename or str(path)  # a failed write() names no file; the job's error must
+        tmp.unlink(missing_ok=True)
+        raise
     os.replace(tmp, path)

@@ -94,6 +94,13 @@ def cancel_job(job_id: JobId, principal: PrincipalDep, session: SessionDep, redi
     return JobOut.of(job, secrets=service.secret_names(session, job.id))
 
 
+@router.delete("/{job_id}", status_code=204, response_class=Response,
+               summary="Delete a finished job: its rows and its run directory (409 while queued or running)")
+def delete_job(job_id: JobId, principal: PrincipalDep, session: SessionDep, settings: SettingsDep) -> Response:
+    service.delete_job(session, settings, principal.owner, job_id)
+    return Response(status_code=204)
+
+
 @router.post("/{job_id}/retry", status_code=201, response_model=JobOut,
              summary="Run a finished job again, from its latest checkpoint, as a new job")
 def retry_job(job_id: JobId, principal: PrincipalDep, session: SessionDep, redis: RedisDep, settings: SettingsDep) -> JobOut:

@@ -323,11 +323,6 @@ def test_job_survives_postgres_and_redis_restarts(stack: Stack) -> None:
     _remember(stack, job_id)
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "known supervisor gaps under a database blip (worker/supervisor.py): a metric batch read from events.jsonl "
-    "while PostgreSQL restarts is dropped, since the tail offset advances before the commit fails; and the "
-    "handler of that error logs job.id of an instance the rollback expired, which queries the database again, "
-    "so the supervisor dies and the job loses its attempt to a lease expiry"))
 def test_restarts_mid_job_cost_no_attempt_and_store_every_metric_step_once(stack: Stack) -> None:
     if not restarted_jobs:
         pytest.skip("the restart test finished no job")
