@@ -21,7 +21,7 @@ from jobs.settings import Settings
 from stack.slurm_cluster import SlurmCluster
 from tests.chaos.conftest import faults, loss_steps, slow, wait_step
 from tests.conftest import make_settings
-from tests.executors.conftest import job_spec
+from tests.executors.conftest import events, job_spec
 from tests.helpers import Services, wait_until
 from worker.processes import marked_processes
 
@@ -43,6 +43,12 @@ def settings(tmp_path: Path, database_url: str, redis_url: str) -> Settings:
     return s
 
 
+def worker_env(slurm: SlurmCluster) -> dict[str, str]:
+    return {"TORCHYARD_EXECUTOR": "slurm", "TORCHYARD_SLURM_CONF": str(slurm.conf), "TORCHYARD_SLURM_PARTITION": "batch",
+            "TORCHYARD_SLURM_CPUS_PER_RANK": "1", "TORCHYARD_SLURM_GPUS": "false", "TORCHYARD_SLURM_POLL_INTERVAL_S": "0.5",
+            "TORCHYARD_SECRETS_KEY": SECRETS_KEY}
+
+
 @pytest.fixture
 def start(services: Services, slurm: SlurmCluster) -> Iterator[Callable[..., httpx.Client]]:
     """Start the API and one Slurm worker (its environment plus ``env``); a client of the API."""
@@ -50,10 +56,7 @@ def start(services: Services, slurm: SlurmCluster) -> Iterator[Callable[..., htt
 
     def _start(**env: str) -> httpx.Client:
         services.start_api(TORCHYARD_SECRETS_KEY=SECRETS_KEY)
-        services.start_worker(
-            TORCHYARD_EXECUTOR="slurm", TORCHYARD_SLURM_CONF=str(slurm.conf), TORCHYARD_SLURM_PARTITION="batch",
-            TORCHYARD_SLURM_CPUS_PER_RANK="1", TORCHYARD_SLURM_GPUS="false", TORCHYARD_SLURM_POLL_INTERVAL_S="0.5",
-            TORCHYARD_SECRETS_KEY=SECRETS_KEY, **env)
+        services.start_worker(**worker_env(slurm), **env)
         clients.append(services.client())
         return clients[-1]
 
@@ -149,6 +152,30 @@ def test_a_preempted_slurm_job_resumes_from_its_checkpoint(how: str, services: S
     assert job["max_attempts"] == 2  # retries 0: the preemption's new attempt spent no retry
     assert loss_steps(client, job_id)[-1] == 16 and set(loss_steps(client, job_id)) == set(range(1, 17))
     wait_until(lambda: slurm.jobs() == [], 60, what="the urgent job to end")  # and the requeued one is not rerun
+    assert marked_processes(job_id) == []
+
+
+def test_a_lost_workers_slurm_job_is_stopped_before_the_next_attempt_resumes(services: Services, slurm: SlurmCluster,
+                                                                             start: Callable[..., httpx.Client]) -> None:
+    client = start(**faults(slow(0.3, attempt=1)))
+    job_id = _submit(client, job_spec(steps=200, checkpoint={"every_steps": 20}))
+    first = wait_step(services, client, job_id, 3, timeout_s=240)
+    # The worker dies whole; its Slurm job does not (slurmd runs the ranks) and trains on, unsupervised.
+    services.kill_worker(services.workers[0])
+    assert first["executor_id"] in slurm.jobs()
+    services.start_worker(**worker_env(slurm))
+    job = services.wait_status(client, job_id, TERMINAL, timeout_s=300)
+    assert job["status"] == "succeeded", job["error"]
+    attempts = job["attempts"]
+    assert [a["executor_id"] for a in attempts][0] == first["executor_id"] != attempts[-1]["executor_id"]
+    # The next attempt stopped it first (two attempts never write one run directory): SIGTERM, the ranks saved
+    # where they were and exited, and the next attempt went on from exactly there.
+    old = slurm.command("scontrol", "show", "job", "-o", first["executor_id"])
+    assert "JobState=COMPLETED" not in old, old
+    stopped = [e["step"] for e in events(Path(job["run_dir"])) if e["type"] == "status" and e["phase"] == "preempted"]
+    assert len(stopped) == 1 and 3 <= stopped[0] < 200
+    assert attempts[-1]["outcome"] == "succeeded" and attempts[-1]["resumed_from_step"] == stopped[0]
+    assert slurm.jobs() == []
     assert marked_processes(job_id) == []
 
 
