@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shutil
 import socket
 
 from jobs.db import get_engine, init_db
@@ -13,6 +14,9 @@ from jobs.reconciler import ReconcilerLoop
 from jobs.settings import get_settings
 from trainer.pdeathsig import set_not_dumpable
 from worker.rq_worker import TorchyardWorker
+
+# What the Slurm executor runs (worker/executors/slurm.py); sacct is optional.
+SLURM_COMMANDS = ("sbatch", "scontrol", "scancel")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -25,10 +29,13 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     settings = get_settings()
-    if settings.executor != "local":
-        # The supervisor starts ranks through its own torchrun path; serving jobs here would ignore the setting.
-        parser.error(f"TORCHYARD_EXECUTOR={settings.executor}: this worker runs attempts with the local executor only "
-                     "(docs/executors.md); unset it or set it to local")
+    if settings.executor == "slurm":
+        absent = [name for name in SLURM_COMMANDS
+                  if shutil.which(name if settings.slurm_bin_dir is None else str(settings.slurm_bin_dir / name)) is None]
+        if absent:
+            # Every job this worker took would fail at sbatch: refuse to take any.
+            parser.error(f"TORCHYARD_EXECUTOR=slurm, but {', '.join(absent)} not found "
+                         f"({'TORCHYARD_SLURM_BIN_DIR' if settings.slurm_bin_dir else 'PATH'})")
     # Jobs run as this process's user: keep its environment (database URL, secrets key) and memory from them.
     set_not_dumpable()
     name = args.name or settings.worker_id or f"{socket.gethostname()}:{os.getpid()}"

@@ -9,6 +9,7 @@ exit:  read the error file, then succeeded | failed | cancelled | queued (retry 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import json
 import logging
@@ -16,7 +17,6 @@ import os
 import shutil
 import signal
 import socket
-import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -43,16 +43,16 @@ from jobs.settings import Settings, get_settings
 from jobs.states import TransitionRefused, transition
 from trainer.pdeathsig import set_not_dumpable
 from trainer.spec import AnySpec, SpecError, spec_from_dict
-from worker import job_code, outcome, processes
+from worker import job_code, outcome
+from worker.executors import make_executor
+from worker.executors.base import Launch, LaunchError, LaunchRequest, Phase, RankState, engine_verdict
 from worker.gang import Leader, advertised_host, free_port, node_launch
-from worker.launch import ERROR_FILE, SPEC_FILE, NodeLaunch, rank_secrets, torchrun_command, torchrun_env
+from worker.launch import ERROR_FILE, SPEC_FILE, NodeLaunch, rank_secrets
 from worker.tail import EventTail
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-LAUNCHER_LOG = "launcher.log"
 
 
 def worker_id(settings: Settings) -> str:
@@ -73,8 +73,10 @@ def supervise(job_id: str, attempt: int) -> str:
 class _Watch:
     """Clocks of one attempt (monotonic seconds)."""
 
-    started: float
     last_heartbeat_ok: float
+    # Armed when the executor first reports the ranks running: an attempt waiting in an engine's queue
+    # (a pending Slurm job) has not started its timeout_s.
+    started: float | None = None
     # Armed by the first event: start-up (imports, rendezvous, data) is bounded by timeout_s instead.
     last_progress: float | None = None
     next_heartbeat: float = 0.0
@@ -98,6 +100,9 @@ class Supervisor:
         self.lease_lost = False
         self.watchdog_fired = False  # the ranks were stopped because the lease went unrenewed
         self.attempt: int | None = None  # the claimed attempt, a plain value: ORM rows expire on rollback
+        # Where the ranks run (worker/executors/): this class never learns which one.
+        self.executor = make_executor(settings)
+        self.launch: Launch | None = None
 
     # ------------------------------------------------------------ lifecycle
 
@@ -110,7 +115,7 @@ class Supervisor:
         previous = signal.signal(signal.SIGTERM, self._on_sigterm)
         try:
             nnodes = self._nnodes()
-            if nnodes > 1:
+            if nnodes > 1 and not self.executor.allocates_nodes:
                 verdict = self._assemble(nnodes)
                 if verdict is not None:
                     return verdict
@@ -311,7 +316,6 @@ class Supervisor:
     def _run_attempt(self, job: Job) -> str:
         spec = spec_from_dict(job.spec)
         run_dir = Path(job.run_dir or "")
-        launcher_log = run_dir / "logs" / f"attempt-{job.attempt}" / LAUNCHER_LOG
         self.tail = EventTail(run_dir / "events.jsonl")
         try:
             self._prepare(job, spec, run_dir)
@@ -327,37 +331,39 @@ class Supervisor:
         if self.gang is not None:
             host = advertised_host(self.settings)
             node = node_launch(self.settings, job.id, job.attempt, spec.parallel.nnodes, 0, f"{host}:{free_port(host)}")
+        request = LaunchRequest(job_id=job.id, attempt=job.attempt, run_dir=run_dir, spec=spec, resume_from=job.resume_from,
+                                node=node)
+        self._stop_earlier_attempts(job, request)
         try:
-            command = torchrun_command(spec, run_dir, job.attempt, self.settings, node=node)
             secrets = self._db(lambda: rank_secrets(self.session, job.id, self.settings), "reading the job's secrets")
-        except SpecError as exc:
-            # The code root changed under an accepted job: nothing outside it may run, and retrying cannot help.
+            self.launch = launch = self.executor.start(dataclasses.replace(request, secrets=secrets))
+        except (SpecError, LaunchError) as exc:
+            # SpecError: the code root changed under an accepted job: nothing outside it may run, and retrying cannot help.
             if self.gang is not None:
                 self.gang.abort()
-            return self._fail_or_retry(job, outcome.Failure(ErrorType.SPEC, str(exc), None, None), retry=False)
-        env = torchrun_env(job.id, job.attempt, run_dir, self.settings, spec, resume_from=job.resume_from, node=node,
-                           secrets=secrets)
-        proc = processes.spawn(command, env, cwd=run_dir, log_path=launcher_log)
+            return self._launch_refused(job, exc)
+        self._record_executor_id(job, launch.executor_id)
         self._start_watchdog()
         if self.gang is not None and node is not None:
             # spec.json is written and the job row says running: the followers may start.
             self.gang.go(node.endpoint)
             log.info("job %s attempt %d: gang of %d starts at %s", job.id, job.attempt, node.nnodes, node.endpoint,
                      extra=self.log_extra)
-        log.info("job %s attempt %d: torchrun pid %d", job.id, job.attempt, proc.pid, extra=self.log_extra)
-        verdict = self._watch(job, spec, proc)
+        log.info("job %s attempt %d: started by the %s executor%s", job.id, job.attempt, self.executor.name,
+                 f" as {launch.executor_id}" if launch.executor_id else "", extra=self.log_extra)
+        ended = self._watch(job, spec)
         self._stop_watchdog()  # the ranks are gone: nothing left for it to stop
-        if verdict is not None:
-            return verdict
+        if isinstance(ended, str):
+            return ended
 
-        code = proc.returncode
+        code = ended.exit_code
         if self.watchdog_fired:
             # Not the training's fault: like a lost worker, requeued without spending a retry (if still ours).
             self._gang_stop_quietly()
             what = f"lease not renewed within {0.8 * self.settings.lease_ttl_s:.1f}s; ranks stopped"
             return self._requeue(job, reason=f"{what}; requeued", outcome_name="lost", consume_retry=False, exit_code=code,
                                  error=outcome.Failure(ErrorType.WORKER_LOST, what, None, code))
-        processes.kill_marked(job.id, node=self.node, attempt=job.attempt)  # strays such as data-loader workers orphaned by a dead rank
+        self.executor.release(launch)  # strays such as data-loader workers orphaned by a dead rank
         if code != 0:
             self._gang_stop()  # node 0 failed: no follower may run on alone
         lost = self._gang_settle(job)
@@ -367,8 +373,10 @@ class Supervisor:
             return self._bad_event(job, code)
         if self._status() == Status.CANCELLING:
             return self._finish(job, Status.CANCELLED, reason="cancelled by user", outcome="cancelled")
-        if code == 0:
+        if code == 0 and ended.reason is None:
             return self._finish(job, Status.SUCCEEDED, reason="torchrun exited 0", outcome="succeeded", exit_code=0)
+        if ended.reason is not None or ended.phase is Phase.GONE:
+            return self._engine_ended(job, ended)
         if outcome.was_preempted(code, self.last_phase):
             return self._requeue(job, reason="preempted; resumes from its checkpoint", outcome_name="preempted",
                                  consume_retry=False, exit_code=code)
@@ -379,10 +387,68 @@ class Supervisor:
             members = self.gang.round.members() if self.gang else {}
             what = ", ".join(f"node {r} (worker {members.get(r)})" for r in lost) + " lost"
             return self._node_lost(job, what, code)
-        failure = outcome.failure(code, run_dir / ERROR_FILE, launcher_log)
+        failure = outcome.failure(code, run_dir / ERROR_FILE, launch.launcher_log)
         if failure.traceback is None:
             failure = self._gang_failure(run_dir, job.attempt) or failure
         return self._fail_or_retry(job, failure)
+
+    # ------------------------------------------------------------ the executor (worker/executors/)
+
+    def _launch_refused(self, job: Job, exc: SpecError | LaunchError) -> str:
+        if isinstance(exc, LaunchError) and exc.transient:
+            # The engine's controller did not answer: not the job's fault, as a lost worker.
+            return self._node_lost(job, f"the {self.executor.name} executor could not start the attempt: {exc}", None)
+        message = str(exc) if isinstance(exc, SpecError) else f"the {self.executor.name} executor refused the attempt: {exc}"
+        # The same request would be refused again: no retry.
+        return self._fail_or_retry(job, outcome.Failure(ErrorType.SPEC, message, None, None), retry=False)
+
+    def _record_executor_id(self, job: Job, executor_id: str | None) -> None:
+        """The engine's name of the attempt (the Slurm job id), in the job and the attempt as soon as it exists:
+        an operator finds it in squeue, and a later attempt stops it if this worker vanishes."""
+        if executor_id is None:
+            return
+        self.session.exec(sa.update(Job).where(Job.id == job.id, Job.attempt == job.attempt)  # type: ignore[call-overload]
+                          .values(executor_id=executor_id))
+        row = self.session.get(Attempt, (job.id, job.attempt))
+        if row is not None:
+            row.executor_id = executor_id
+            self.session.add(row)
+        self.session.commit()
+
+    def _stop_earlier_attempts(self, job: Job, request: LaunchRequest) -> None:
+        """An earlier attempt whose worker vanished may still run in the engine (a Slurm job outlives the worker
+        that submitted it); two attempts must never write one run directory. It gets the grace to checkpoint."""
+        rows = self.session.exec(sa.select(Attempt).where(  # type: ignore[call-overload]
+            Attempt.job_id == job.id, Attempt.attempt < job.attempt, Attempt.executor_id.is_not(None))).scalars().all()  # type: ignore[union-attr]
+        self.session.commit()
+        for row in rows:
+            try:
+                earlier = self.executor.attach(dataclasses.replace(request, attempt=row.attempt), row.executor_id)
+                if self.executor.poll(earlier).ended:
+                    continue
+            except LaunchError as exc:
+                log.warning("job %s: attempt %d (%s) cannot be checked: %s", job.id, row.attempt, row.executor_id, exc,
+                            extra=self.log_extra)
+                continue
+            log.warning("job %s: attempt %d (%s) still runs; stopping it", job.id, row.attempt, row.executor_id,
+                        extra=self.log_extra)
+            self.executor.stop(earlier, self.settings.stop_grace_s, on_wait=lambda: self._heartbeat(job.attempt))
+
+    def _engine_ended(self, job: Job, state: RankState) -> str:
+        """An end the engine explains: the verdict the same end gets on a local worker (executors/base.py)."""
+        verdict = engine_verdict(state)
+        if verdict is None:  # gone without a word: the engine lost the attempt, as a vanished worker
+            if self.last_phase == "done":
+                return self._done_despite(job, state.detail or "the attempt vanished from the executor")
+            return self._node_lost(job, state.detail or "the executor lost the attempt", state.exit_code)
+        if verdict.error_type is ErrorType.WORKER_LOST:
+            return self._node_lost(job, verdict.message, state.exit_code)
+        if verdict.error_type is ErrorType.PREEMPTED:
+            return self._requeue(job, reason=verdict.message, outcome_name="preempted", consume_retry=False,
+                                 exit_code=state.exit_code)
+        log_tail = outcome.tail(self.launch.launcher_log) if self.launch is not None else ""
+        return self._fail_or_retry(job, outcome.Failure(verdict.error_type, verdict.message, None, state.exit_code,
+                                                        log_tail or None), retry=verdict.retry)
 
     def _setup_keep_going(self, job: Job) -> bool:
         """Polled while the job's environment is built: heartbeat now and then; False once the job must stop."""
@@ -410,13 +476,15 @@ class Supervisor:
                                  consume_retry=False, exit_code=None)
         return "lost ownership"
 
-    def _watch(self, job: Job, spec: AnySpec, proc: subprocess.Popen[bytes]) -> str | None:
-        """Loop until torchrun exits (None) or the attempt is ended here (the verdict)."""
-        now = time.monotonic()
-        clock = _Watch(started=now, last_heartbeat_ok=now)
+    def _watch(self, job: Job, spec: AnySpec) -> RankState | str:
+        """Loop until the ranks end (their final state) or the attempt is ended here (the verdict)."""
+        assert self.launch is not None
+        clock = _Watch(last_heartbeat_ok=time.monotonic())
         ttl = self.settings.lease_ttl_s
-        while proc.poll() is None:
+        while not (state := self.executor.poll(self.launch)).ended:
             now = time.monotonic()
+            if clock.started is None and state.phase is Phase.RUNNING:
+                clock.started = now
             try:
                 if self._ingest():
                     clock.last_progress = now
@@ -425,7 +493,6 @@ class Supervisor:
                         # The reconciler gave the job to someone else: no process of ours may write on.
                         self._gang_stop()
                         self._kill_own()
-                        proc.wait()
                         return "lost ownership"
                     clock.last_heartbeat_ok, clock.next_heartbeat = now, now + ttl / 3
                 status = self._status()
@@ -433,7 +500,6 @@ class Supervisor:
                 log.warning("%s; stopping this attempt's processes", exc, extra=self.log_extra)
                 self._gang_stop_quietly()
                 self._kill_own()
-                proc.wait()
                 return "lost ownership"
             except SQLAlchemyError as exc:
                 # self.job_id, never job.id: reading an expired row would query the unreachable database again.
@@ -444,33 +510,34 @@ class Supervisor:
                 if self.lease_lost:
                     self._gang_stop_quietly()
                     self._kill_own()
-                    proc.wait()
                     return "lost ownership"
                 if now - max(clock.last_heartbeat_ok, self.lease_ok) > ttl * 0.8:
                     # Our lease is about to lapse and someone may take the job over: stop writing first.
                     self._gang_stop_quietly()
                     self._kill_own()
-                    proc.wait()
                     return "lost ownership (database unreachable)"
                 time.sleep(self.settings.poll_interval_s)
                 continue
 
             if self.tail.bad is not None:
-                code = self._stop(proc, job)
+                code = self._stop(job)
                 return self._bad_event(job, code)
             if status == Status.CANCELLING:
-                self._stop(proc, job)
+                self._stop(job)
                 return self._finish(job, Status.CANCELLED, reason="cancelled by user", outcome="cancelled")
             if self.preempt_requested:
-                code = self._stop(proc, job)
+                code = self._stop(job)
                 return self._requeue(job, reason="worker stopped (preempted); resumes from its checkpoint",
                                      outcome_name="preempted", consume_retry=False, exit_code=code)
-            if now - clock.started > spec.timeout_s:
-                code = self._stop(proc, job)
+            if state.reason is not None:  # still pending, and the engine says it can never run as asked
+                self._stop(job)
+                return self._engine_ended(job, state)
+            if clock.started is not None and now - clock.started > spec.timeout_s:
+                code = self._stop(job)
                 return self._fail_or_retry(job, outcome.Failure(
                     ErrorType.TIMEOUT, f"timeout: attempt ran longer than timeout_s={spec.timeout_s}", None, code), retry=False)
             if spec.stall_timeout_s and clock.last_progress is not None and now - clock.last_progress > spec.stall_timeout_s:
-                code = self._stop(proc, job)
+                code = self._stop(job)
                 return self._fail_or_retry(job, outcome.Failure(
                     ErrorType.STALLED, f"stalled: no progress from rank 0 for {spec.stall_timeout_s}s", None, code))
             if self.gang is not None:
@@ -480,7 +547,7 @@ class Supervisor:
                     what, kind = trouble
                     self._ingest()  # the trainer may have said "done" since the top of this loop
                     log.warning("job %s: %s; stopping the gang", job.id, what, extra=self.log_extra)
-                    code = self._stop(proc, job)
+                    code = self._stop(job)
                     if kind == "failed" and self.last_phase == "done":
                         return self._done_despite(job, what)
                     if kind == "lost":
@@ -491,11 +558,11 @@ class Supervisor:
                     failure = self._gang_failure(Path(job.run_dir or ""), job.attempt)
                     return self._fail_or_retry(job, failure or outcome.Failure(ErrorType.TRAINING, what, None, code))
             time.sleep(self.settings.poll_interval_s)
-        return None
+        return state
 
     # ------------------------------------------------------------ steps
 
-    def _stop(self, proc: subprocess.Popen[bytes], job: Job) -> int | None:
+    def _stop(self, job: Job) -> int | None:
         def keep_lease() -> None:
             # The grace period can outlast the lease; without heartbeats a reconciler would take the job mid-stop.
             if self.gang is not None:
@@ -506,7 +573,8 @@ class Supervisor:
 
         # Every node gets its stop at about the same time: a checkpoint on SIGTERM is a collective.
         self._gang_stop()
-        code = processes.stop(proc, job.id, self.settings.stop_grace_s, on_wait=keep_lease, node=self.node, attempt=job.attempt)
+        assert self.launch is not None
+        code = self.executor.stop(self.launch, self.settings.stop_grace_s, on_wait=keep_lease).exit_code
         self._gang_settle(job)
         self._ingest()
         return code
@@ -537,9 +605,9 @@ class Supervisor:
                 Job.status.in_([Status.RUNNING.value, Status.CANCELLING.value])]  # type: ignore[attr-defined]
 
     def _kill_own(self) -> None:
-        """SIGKILL every process of this attempt (on this node); those of a newer attempt on this host live on."""
-        if self.attempt is not None:
-            processes.kill_marked(self.job_id, node=self.node, attempt=self.attempt)
+        """Kill every process of this attempt (on this node) at once, from any thread; a newer attempt's live on."""
+        if self.launch is not None:
+            self.executor.kill(self.launch)
 
     def _start_watchdog(self) -> None:
         """Stops the ranks once the lease went unrenewed for 0.8 TTL, even while the main thread hangs in a

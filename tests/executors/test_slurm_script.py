@@ -100,6 +100,9 @@ def _record(state: str, code: int | None = 0, **kw: object) -> JobRecord:
     # Our own stop: a cancel, or an early exit near the limit, is not the engine's doing.
     (_record("CANCELLED", -15), True, Phase.EXITED, None, None),
     (_record("FAILED", 1, run_s=3560.0), True, Phase.EXITED, None, None),
+    # Requeued by Slurm despite --no-requeue (an administrator's scontrol requeue): this attempt's run is over.
+    (_record("PENDING", reason="BeginTime", restarts=1), False, Phase.EXITED, EngineReason.PREEMPTED, ErrorType.PREEMPTED),
+    (_record("RUNNING", restarts=1), False, Phase.EXITED, EngineReason.PREEMPTED, ErrorType.PREEMPTED),
 ])
 def test_slurm_records_become_states_and_verdicts(record: JobRecord, stopping: bool, phase: Phase,
                                                   reason: EngineReason | None, verdict: ErrorType | None) -> None:
@@ -153,8 +156,9 @@ def test_a_two_node_batch_script_trains_with_one_log_and_error_file_per_node(tmp
     assert [e["step"] for e in events(req.run_dir) if e["type"] == "checkpoint"][-1] == 6
 
 
-def test_a_worker_told_to_use_slurm_refuses_to_start_rather_than_ignore_it(tmp_path: Path) -> None:
-    env = {**os.environ, "TORCHYARD_EXECUTOR": "slurm", "TORCHYARD_DATABASE_URL": f"sqlite:///{tmp_path / 'db'}"}
+def test_a_slurm_worker_without_slurms_commands_refuses_to_start_naming_them(tmp_path: Path) -> None:
+    env = {**os.environ, "TORCHYARD_EXECUTOR": "slurm", "TORCHYARD_DATABASE_URL": f"sqlite:///{tmp_path / 'db'}",
+           "TORCHYARD_SLURM_BIN_DIR": str(tmp_path)}  # no sbatch there: every job it took would fail
     proc = subprocess.run([sys.executable, "-m", "worker", "--burst"], env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
-    assert "TORCHYARD_EXECUTOR=slurm" in proc.stderr
+    assert "TORCHYARD_EXECUTOR=slurm" in proc.stderr and "sbatch, scontrol, scancel not found" in proc.stderr

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -71,6 +71,8 @@ class LaunchRequest:
     spec: AnySpec
     resume_from: str | None = None
     node: NodeLaunch | None = None
+    # The job's decrypted secrets (jobs/secrets.py), for the ranks' environment only; never logged or written.
+    secrets: dict[str, str] = field(default_factory=dict, repr=False)
 
     @property
     def log_dir(self) -> Path:
@@ -105,9 +107,20 @@ class Executor(Protocol):
         (ingest, heartbeat), then end whatever is left. Returns the final state."""
         ...
 
+    def kill(self, launch: Launch) -> None:
+        """End every rank of the attempt now, without a grace period; safe to call from another thread
+        (the supervisor's lease watchdog, while the main thread may hang in a database call)."""
+        ...
+
     def release(self, launch: Launch) -> None:
         """After the ranks ended by themselves: end what they left (orphaned data-loader workers,
         an allocation still completing), so nothing of the attempt outlives it."""
+        ...
+
+    def attach(self, request: LaunchRequest, executor_id: str) -> Launch:
+        """The launch of an attempt started earlier, perhaps by a worker that is gone, by the id it
+        recorded: a later attempt stops what an earlier one left running. Raises LaunchError where
+        the engine cannot find attempts by id (local: their processes died with their worker)."""
         ...
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from jobs.settings import Settings
 from worker import processes
-from worker.executors.base import LAUNCHER_LOG, Launch, LaunchRequest, Phase, RankState
+from worker.executors.base import LAUNCHER_LOG, Launch, LaunchError, LaunchRequest, Phase, RankState
 from worker.launch import torchrun_command, torchrun_env
 
 
@@ -36,7 +36,7 @@ class LocalExecutor:
     def start(self, request: LaunchRequest) -> LocalLaunch:
         command = torchrun_command(request.spec, request.run_dir, request.attempt, self.settings, node=request.node)
         env = torchrun_env(request.job_id, request.attempt, request.run_dir, self.settings, request.spec,
-                           resume_from=request.resume_from, node=request.node)
+                           resume_from=request.resume_from, node=request.node, secrets=request.secrets)
         node = request.node.node_rank if request.node else 0
         launcher_log = request.log_dir / (LAUNCHER_LOG if node == 0 else f"launcher-node-{node}.log")
         proc = processes.spawn(command, env, cwd=request.run_dir, log_path=launcher_log)
@@ -48,13 +48,24 @@ class LocalExecutor:
 
     def stop(self, launch: Launch, grace_s: float, on_wait: Callable[[], None] | None = None) -> RankState:
         assert isinstance(launch, LocalLaunch)
-        code = processes.stop(_proc(launch), launch.request.job_id, grace_s, on_wait=on_wait, node=launch.node)
+        code = processes.stop(_proc(launch), launch.request.job_id, grace_s, on_wait=on_wait, node=launch.node,
+                              attempt=launch.request.attempt)
         return RankState(Phase.EXITED, exit_code=code)
 
     def release(self, launch: Launch) -> None:
         assert isinstance(launch, LocalLaunch)
         # Strays such as data-loader workers orphaned by a dead rank.
-        processes.kill_marked(launch.request.job_id, node=launch.node)
+        self.kill(launch)
+
+    def kill(self, launch: Launch) -> None:
+        assert isinstance(launch, LocalLaunch)
+        # By the attempt's mark: a newer attempt of the same job on this host lives on.
+        processes.kill_marked(launch.request.job_id, node=launch.node, attempt=launch.request.attempt)
+
+
+    def attach(self, request: LaunchRequest, executor_id: str) -> Launch:
+        raise LaunchError("a local attempt cannot be attached: its processes die with the worker that started them",
+                          transient=False)
 
 
 def _proc(launch: Launch) -> subprocess.Popen[bytes]:

@@ -13,6 +13,9 @@ events.jsonl and the logs there exactly as it does for a local attempt.
 - ``--no-requeue``: Slurm never reruns an attempt behind the supervisor's back. A preemption ends
   the Slurm job (its ranks get SIGTERM and the partition's GraceTime first); the supervisor then
   requeues the torchyard job, and the next attempt is a new Slurm job that resumes from the checkpoint.
+  Should Slurm requeue it all the same (an administrator's ``scontrol update Requeue=1`` and
+  ``scontrol requeue``), the attempt is reported preempted at its first restart and the requeued
+  Slurm job is cancelled: one Slurm run is one attempt, and the next one resumes from the checkpoint.
 """
 
 from __future__ import annotations
@@ -80,9 +83,19 @@ class JobRecord:
     run_s: float | None
     limit_s: float | None
     preempted: bool
+    restarts: int = 0  # times Slurm requeued the job (scontrol's Restarts)
+
+    @property
+    def live(self) -> bool:
+        """Still in squeue: pending, running or being torn down."""
+        return self.state in _PENDING or self.state in _RUNNING
 
     def rank_state(self, warning_s: float, stopping: bool) -> RankState:
         detail = f"Slurm job state {self.state}" + (f", reason {self.reason}" if self.reason not in ("", "None") else "")
+        if self.restarts and not stopping:
+            # Requeued by Slurm: the run this attempt was ended (its ranks had SIGTERM and KillWait to checkpoint).
+            return RankState(Phase.EXITED, exit_code=self.exit_code, reason=EngineReason.PREEMPTED,
+                             detail=f"{detail}; requeued by Slurm ({self.restarts} restart(s))")
         if self.state in _PENDING:
             return RankState(Phase.PENDING, reason=EngineReason.UNSCHEDULABLE if self.reason in _NEVER else None, detail=detail)
         if self.state in _RUNNING:
@@ -150,6 +163,7 @@ class SlurmExecutor:
         launch = _slurm(launch)
         state = self._refresh(launch)
         if state.ended:
+            self.release(launch)  # a requeued job is ended for us, not for Slurm
             return state
         launch.stopping = True
         job = str(launch.executor_id)
@@ -168,10 +182,16 @@ class SlurmExecutor:
         self._scancel(job)
         return self._settled(launch)
 
-    def release(self, launch: Launch) -> None:
-        """The batch script ended by itself; make sure Slurm holds nothing of it (a step left behind)."""
+    def kill(self, launch: Launch) -> None:
         launch = _slurm(launch)
-        if not self._refresh(launch).ended:
+        launch.stopping = True
+        self._scancel("--signal=KILL", "--full", str(launch.executor_id))
+        self._scancel(str(launch.executor_id))
+
+    def release(self, launch: Launch) -> None:
+        """The batch script ended by itself (or Slurm requeued it); make sure Slurm holds nothing of it."""
+        launch = _slurm(launch)
+        if self._live(launch):
             launch.stopping = True
             self._scancel(str(launch.executor_id))
             self._settled(launch)
@@ -219,7 +239,7 @@ class SlurmExecutor:
         """The ranks' environment (the local executor's), less the worker's own settings and any
         allocation the worker itself runs in; sbatch --export=ALL hands it to every node."""
         env = torchrun_env(request.job_id, request.attempt, request.run_dir, self.settings, request.spec,
-                           resume_from=request.resume_from)
+                           resume_from=request.resume_from, secrets=request.secrets)
         keep = RANK_SETTINGS | {JOB_MARK}
         env = {k: v for k, v in env.items()
                if not (k.startswith("TORCHYARD_") and k not in keep) and not (k.startswith(("SLURM_", "SBATCH_", "SRUN_")))}
@@ -252,6 +272,7 @@ class SlurmExecutor:
                 state=fields.get("JobState", "UNKNOWN"), exit_code=_exit_code(fields.get("ExitCode")),
                 reason=fields.get("Reason", ""), run_s=_seconds(fields.get("RunTime")), limit_s=_seconds(fields.get("TimeLimit")),
                 preempted=fields.get("PreemptTime", "None") not in ("None", "Unknown", ""),
+                restarts=int(fields["Restarts"]) if fields.get("Restarts", "").isdigit() else 0,
             )
         message = (result.stderr or result.stdout).strip()
         if _transient(message):
@@ -269,14 +290,17 @@ class SlurmExecutor:
         return JobRecord(state=state.split()[0] if state else "UNKNOWN", exit_code=_exit_code(code), reason=state,
                          run_s=_seconds(elapsed), limit_s=_seconds(limit), preempted=False)
 
+    def _live(self, launch: SlurmLaunch) -> bool:
+        record = self.record(str(launch.executor_id))
+        # A silent controller (a message): assume it still holds the job. None: Slurm no longer knows it.
+        return isinstance(record, str) or (record is not None and record.live)
+
     def _settled(self, launch: SlurmLaunch, timeout_s: float = 60.0) -> RankState:
         """Wait until Slurm finished tearing the job down (COMPLETING: processes are still being killed)."""
         deadline = time.monotonic() + timeout_s
-        state = self._refresh(launch)
-        while not state.ended and time.monotonic() < deadline:
+        while self._live(launch) and time.monotonic() < deadline:
             time.sleep(0.5)
-            state = self._refresh(launch)
-        return state
+        return self._refresh(launch)
 
     def _scancel(self, *args: str) -> None:
         result = self._run([self._bin("scancel"), *args])
