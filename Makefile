@@ -5,7 +5,7 @@ TORCH_VERSION := 2.13.0
 # wheels), so the PyTorch CPU index is added; a CUDA build: TORCH_INDEX_URL=https://download.pytorch.org/whl/cu128.
 TORCH_INDEX_URL ?= https://download.pytorch.org/whl/cpu
 # Debian packages of the browser test; apt-get through sudo unless already root.
-BROWSER_PACKAGES := chromium nodejs npm
+BROWSER_PACKAGES := chromium:chromium nodejs:node npm:npm  # Debian package:the command it provides
 # Debian packages of the Slurm executor's tests (a private single-host Slurm the tests start themselves).
 SLURM_PACKAGES := slurmctld slurmd slurm-client munge
 APT_GET := $(if $(filter 0,$(shell id -u)),,sudo) apt-get
@@ -45,9 +45,10 @@ bench:
 # The dashboard's browser test: Debian's Chromium, Node.js and npm, and playwright-core from the lock
 # (never a downloaded browser). All three or none: the test runs with all of them and is skipped
 # without Chromium, node or npm.
+# Only the missing ones: a Node.js from another source (nodesource's ships npm inside) conflicts with Debian's npm.
 install-browser:
-	command -v chromium >/dev/null && command -v node >/dev/null && command -v npm >/dev/null \
-	  || ($(APT_GET) update && $(APT_GET) install -y --no-install-recommends $(BROWSER_PACKAGES))
+	missing=""; for pair in $(BROWSER_PACKAGES); do command -v $${pair#*:} >/dev/null || missing="$$missing $${pair%%:*}"; done; \
+	  [ -z "$$missing" ] || { $(APT_GET) update && $(APT_GET) install -y --no-install-recommends $$missing; }
 	cd dashboard && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --no-audit --no-fund
 
 # The Slurm executor's tests: Debian's slurmctld, slurmd, client tools and munge. The tests configure and
