@@ -364,9 +364,9 @@ class Follower:
             if reason:
                 log.warning("job %s node %d: stopping (%s)", self.job_id, self.rank, reason, extra=self.extra)
                 return processes.stop(proc, self.job_id, self.settings.stop_grace_s,
-                                      on_wait=lambda: self.round.beat(self.rank), node=self.rank)
+                                      on_wait=lambda: self.round.beat(self.rank), node=self.rank, attempt=self.attempt)
             time.sleep(self.settings.poll_interval_s)
-        processes.kill_marked(self.job_id, node=self.rank)
+        processes.kill_marked(self.job_id, node=self.rank, attempt=self.attempt)
         return proc.returncode
 
     def _why_stop(self) -> str | None:

@@ -536,7 +536,9 @@ class Supervisor:
                 code = self._stop(job)
                 return self._fail_or_retry(job, outcome.Failure(
                     ErrorType.TIMEOUT, f"timeout: attempt ran longer than timeout_s={spec.timeout_s}", None, code), retry=False)
-            if spec.stall_timeout_s and clock.last_progress is not None and now - clock.last_progress > spec.stall_timeout_s:
+            # After "done" (last step and final checkpoint stored) nothing more is said: a slow teardown is not a stall.
+            if (spec.stall_timeout_s and clock.last_progress is not None and self.last_phase != "done"
+                    and now - clock.last_progress > spec.stall_timeout_s):
                 code = self._stop(job)
                 return self._fail_or_retry(job, outcome.Failure(
                     ErrorType.STALLED, f"stalled: no progress from rank 0 for {spec.stall_timeout_s}s", None, code))

@@ -10,6 +10,7 @@ from jobs.db import get_engine, init_db
 from jobs.settings import Settings
 from stack.redis_server import RedisServer
 from tests.chaos.conftest import assert_nothing_lost, faults, slow, spec, wait_step
+from tests.chaos.test_gang import GANG_ENV, assert_finished, gang_spec
 from tests.conftest import make_settings
 from tests.helpers import Services
 
@@ -43,3 +44,19 @@ def test_redis_restarted_empty_while_jobs_queue_and_run(services: Services, own_
         assert_nothing_lost(client, jobs[running], 40)
         for job_id in waiting:
             assert_nothing_lost(client, jobs[job_id], 10)
+
+
+@pytest.mark.slow
+def test_redis_restarted_empty_mid_two_node_job(services: Services, own_redis: RedisServer) -> None:
+    """Gang heartbeats, the round's state and RQ's bookkeeping all vanish; the nodes' Redis calls ride out the
+    restart and a heartbeat missing once is not a lost node, so the gang trains on."""
+    services.start_api()
+    services.start_worker("node-a", **GANG_ENV, **faults(slow(0.1)))
+    services.start_worker("node-b", **GANG_ENV, **faults(slow(0.1)))
+    with services.client() as client:
+        job_id = client.post("/v1/jobs", json=gang_spec(40)).json()["id"]
+        wait_step(services, client, job_id, 5)
+        own_redis.stop()
+        own_redis.start()
+        job = services.wait_status(client, job_id, TERMINAL, timeout_s=240)
+        assert_finished(client, job, 40, 2)
