@@ -1,34 +1,35 @@
-"""``python -m bench.executor_startup``: how long an attempt takes to reach its first step, per executor.
+"""``python -m bench.executor_startup``: POST -> first step through the real service, per executor.
 
-The same 2-rank tiny MLP (gloo, CPU) is started through the local executor (torchrun spawned here)
-and through the Slurm executor (sbatch to a private single-host Slurm, stack/slurm_cluster.py),
-alternating, ``--rounds`` times each. Measured from the executor's start() call to the wall time
-the trainer stamped on its first metric event; for Slurm also to the job's StartTime (when Slurm
-ran the batch script). Prints a table and writes bench/results/executor-startup.json.
+Two stacks on this machine, each a private redis-server, an API and one worker on its own SQLite
+database: one worker with ``TORCHYARD_EXECUTOR=local`` (torchrun spawned by the worker), one with
+``TORCHYARD_EXECUTOR=slurm`` against a private single-host Slurm (stack/slurm_cluster.py). The same
+2-rank tiny MLP (gloo, CPU) is POSTed to each, alternating, ``--rounds`` times each, one job at a
+time. Measured from the POST to the wall time the trainer stamped on its first metric event, split
+into POST -> running (the worker claimed it: dequeue, claim, spec.json) and running -> first step
+(the executor's start and torch's: interpreter, imports, rendezvous, data); for Slurm also POST ->
+the job's StartTime (when slurmd ran the batch script, one-second resolution). Prints a table and
+writes bench/results/executor-startup.json.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
-import os
 import statistics
 import sys
 import tempfile
 import time
-import uuid
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from bench.common import REPO
-from jobs.settings import Settings
+import httpx
+
+from bench.common import REPO, Stack, bench_env, database
 from stack import slurm_cluster
 from stack.slurm_cluster import SlurmCluster
-from trainer.spec import parse_spec
-from worker.executors.base import Executor, LaunchRequest
-from worker.executors.local import LocalExecutor
-from worker.executors.slurm import SlurmExecutor
 
 log = logging.getLogger("bench")
 
@@ -40,13 +41,13 @@ SPEC: dict[str, Any] = {
     "train": {"epochs": 1, "global_batch_size": 32, "lr": 0.01, "log_every_steps": 1},
     "checkpoint": {"every_steps": 100},
 }
+TERMINAL = {"succeeded", "failed", "cancelled"}
 
 
-def _first_step_time(run_dir: Path, timeout_s: float = 300) -> float:
-    deadline = time.monotonic() + timeout_s
+def _first_step_time(run_dir: Path, deadline: float) -> float:
     path = run_dir / "events.jsonl"
     while time.monotonic() < deadline:
-        if path.exists():
+        with contextlib.suppress(OSError):
             for line in path.read_text(encoding="utf-8").splitlines():
                 event = json.loads(line)
                 if event["type"] == "metric":
@@ -55,25 +56,38 @@ def _first_step_time(run_dir: Path, timeout_s: float = 300) -> float:
     raise TimeoutError(f"no step in {path}")
 
 
-def _one(executor: Executor, settings: Settings) -> dict[str, float]:
-    job_id = uuid.uuid4().hex[:16]
-    run_dir = (settings.runs_dir / job_id).resolve()
-    run_dir.mkdir(parents=True)
-    (run_dir / "spec.json").write_text(json.dumps(SPEC), encoding="utf-8")
-    request = LaunchRequest(job_id=job_id, attempt=1, run_dir=run_dir, spec=parse_spec(SPEC))
-    wall = time.time()
-    launch = executor.start(request)
-    first = _first_step_time(run_dir)
-    row = {"first_step_s": first - wall}
-    if isinstance(executor, SlurmExecutor):
-        record = executor._run([executor._bin("scontrol"), "show", "job", "-o", str(launch.executor_id)]).stdout
+def _iso(value: str) -> float:
+    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+
+
+def _one(client: httpx.Client, cluster: SlurmCluster | None, timeout_s: float = 300) -> dict[str, float]:
+    deadline = time.monotonic() + timeout_s
+    posted = time.time()
+    created = client.post("/v1/jobs", json=SPEC)
+    created.raise_for_status()
+    job_id = created.json()["id"]
+    job = created.json()
+    while job["status"] == "queued" and time.monotonic() < deadline:
+        time.sleep(0.05)
+        job = client.get(f"/v1/jobs/{job_id}").json()
+    first = _first_step_time(Path(job["run_dir"]), deadline)
+    while job["status"] not in TERMINAL and time.monotonic() < deadline:
+        time.sleep(0.2)
+        job = client.get(f"/v1/jobs/{job_id}").json()
+    if job["status"] != "succeeded":
+        raise RuntimeError(f"job {job_id} ended {job['status']}: {job['error']}")
+    running = min(_iso(t["at"]) for t in job["transitions"] if t["to_status"] == "running")
+    row = {"first_step_s": first - posted, "post_to_running_s": running - posted, "running_to_first_step_s": first - running}
+    if cluster is not None and job["executor_id"]:
+        record = cluster.command("scontrol", "show", "job", "-o", job["executor_id"], check=False)
         started = next((f.split("=", 1)[1] for f in record.split() if f.startswith("StartTime=")), "")
         if started[:1].isdigit():
-            row["slurm_start_s"] = time.mktime(time.strptime(started, "%Y-%m-%dT%H:%M:%S")) - wall
-    while not executor.poll(launch).ended:
-        time.sleep(0.2)
-    executor.release(launch)
+            row["slurm_start_s"] = time.mktime(time.strptime(started, "%Y-%m-%dT%H:%M:%S")) - posted
     return row
+
+
+def _stats(values: list[float]) -> dict[str, float]:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -81,30 +95,39 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per poll otherwise
     reason = slurm_cluster.missing()
     if reason:
         log.error("%s", reason)
         return 2
-    # Both executors' ranks inherit this worker's environment: one thread each, as in the tests.
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
     work = Path(tempfile.mkdtemp(prefix="torchyard-bench-executors-"))
     rows: dict[str, list[dict[str, float]]] = {"local": [], "slurm": []}
-    with SlurmCluster(work / "slurm") as cluster:
-        common: dict[str, Any] = {"database_url": "sqlite://", "runs_dir": work / "runs", "data_dir": work / "data", "code_dir": work}
-        local = LocalExecutor(Settings(**common))
-        slurm = SlurmExecutor(Settings(**common, executor="slurm", slurm_conf=cluster.conf, slurm_cpus_per_rank=1, slurm_gpus=False,
-                                       slurm_poll_interval_s=0.5))
+    quiet = {k: v for k, v in bench_env().items() if k in ("OMP_NUM_THREADS", "TORCHYARD_LOG_LEVEL")}
+    slurm_env = {"TORCHYARD_SLURM_PARTITION": "batch", "TORCHYARD_SLURM_CPUS_PER_RANK": "1", "TORCHYARD_SLURM_GPUS": "false",
+                 # The supervisor's poll of Slurm: a finer one would only shave the end of a job, not its start.
+                 "TORCHYARD_SLURM_POLL_INTERVAL_S": "1"}
+    with contextlib.ExitStack() as stack:
+        cluster = stack.enter_context(SlurmCluster(work / "slurm"))
+        stacks = {
+            "local": stack.enter_context(Stack(work / "local", stack.enter_context(database("sqlite", work)), **quiet)),
+            "slurm": stack.enter_context(Stack(work / "slurm-stack", stack.enter_context(database("sqlite", work)), **quiet,
+                                               TORCHYARD_EXECUTOR="slurm", TORCHYARD_SLURM_CONF=str(cluster.conf), **slurm_env)),
+        }
+        clients = {name: stack.enter_context(httpx.Client(base_url=s.url, headers=s.services.headers, timeout=30))
+                   for name, s in stacks.items()}
         for i in range(args.rounds):
-            for name, executor in (("local", local), ("slurm", slurm)) if i % 2 == 0 else (("slurm", slurm), ("local", local)):
-                rows[name].append(_one(executor, executor.settings))
+            for name in ("local", "slurm") if i % 2 == 0 else ("slurm", "local"):
+                rows[name].append(_one(clients[name], cluster if name == "slurm" else None))
                 log.info("round %d %s: %s", i + 1, name, {k: round(v, 2) for k, v in rows[name][-1].items()})
-    summary = {name: {key: {"median": statistics.median(r[key] for r in runs), "min": min(r[key] for r in runs),
-                            "max": max(r[key] for r in runs)} for key in runs[0]} for name, runs in rows.items()}
-    sys.stdout.write(f"{'executor':<8} {'start -> first step (s), median [min-max]':<44} {'sbatch -> Slurm StartTime (s)':<30}\n")
+    summary = {name: {key: _stats([r[key] for r in runs if key in r]) for key in runs[0]} for name, runs in rows.items()}
+    sys.stdout.write(f"{'executor':<8} {'POST -> first step (s)':<24} {'POST -> running':<16} {'running -> step':<16} "
+                     f"{'POST -> Slurm StartTime':<24}\n")
     for name, stats in summary.items():
         first = stats["first_step_s"]
         start = f"{stats['slurm_start_s']['median']:.2f}" if "slurm_start_s" in stats else "-"
-        sys.stdout.write(f"{name:<8} {first['median']:>6.2f} [{first['min']:.2f}-{first['max']:.2f}]{'':<26} {start:<30}\n")
+        sys.stdout.write(f"{name:<8} {first['median']:>6.2f} [{first['min']:.2f}-{first['max']:.2f}]{'':<7} "
+                         f"{stats['post_to_running_s']['median']:<16.2f} {stats['running_to_first_step_s']['median']:<16.2f} "
+                         f"{start:<24}\n")
     out = REPO / "bench" / "results" / "executor-startup.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"rounds": rows, "summary": summary, "spec": SPEC}, indent=2), encoding="utf-8")
