@@ -1,7 +1,7 @@
 """Tenancy: job secrets in a table of their own (encrypted), and per-key queue allow-lists.
 
-Revision ID: 0014_tenancy
-Revises: 0021_executor_id
+Revision ID: 0003_tenancy
+Revises: 0002_executor_id
 Create Date: 2026-12-01 10:00:00.000000
 """
 
@@ -12,8 +12,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0014_tenancy"
-down_revision: str | None = "0021_executor_id"
+revision: str = "0003_tenancy"
+down_revision: str | None = "0002_executor_id"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -1,6 +1,6 @@
 """executor_id on jobs and attempts: what the executor calls an attempt (the Slurm job id).
 
-Revision ID: 0021_executor_id
+Revision ID: 0002_executor_id
 Revises: 0001
 """
 
@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0021_executor_id"
+revision: str = "0002_executor_id"
 down_revision: str | None = "0001"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
