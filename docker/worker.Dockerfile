@@ -21,6 +21,7 @@ COPY api ./api
 COPY jobs ./jobs
 COPY worker ./worker
 COPY trainer ./trainer
+COPY manifests ./manifests
 COPY dashboard ./dashboard
 RUN pip wheel --no-deps --wheel-dir /wheels .
 

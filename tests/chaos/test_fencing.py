@@ -63,7 +63,8 @@ def test_supervisor_frozen_past_its_lease_writes_and_kills_nothing_when_it_wakes
                                              ("queued", "running", 2), ("running", "succeeded", 2)]
     assert [a.outcome for a in attempts(settings, job_id)] == ["lost", "succeeded"]
     log = (services.logs / "stale.log").read_text(errors="replace")
-    assert "lost ownership" in log or "stopping this attempt's processes" in log
+    # It woke to a fenced write, or its lease watchdog (past 0.8 TTL) fired first: either way it gave up.
+    assert "lost ownership" in log or "stopping this attempt's processes" in log or "lease not renewed" in log
 
 
 def test_worker_clock_60s_behind_keeps_its_job(services: Services, settings: Settings) -> None:
