@@ -101,11 +101,17 @@ def _migration_lock(engine: Engine, conn: sa.Connection) -> Iterator[None]:
             conn.execute(sa.text("SELECT pg_advisory_unlock(:key)"), {"key": _PG_MIGRATION_LOCK})
             conn.commit()
         return
+    yield
+
+
+@contextmanager
+def _sqlite_file_lock(engine: Engine) -> Iterator[None]:
+    """SQLite has no advisory locks; an flock on a file next to the database does the same on one host. Taken
+    before connecting: a new connection switches the file to WAL, which fails at once while another migrates."""
     path = engine.url.database if engine.dialect.name == "sqlite" else None
     if not path or path == ":memory:":
         yield
         return
-    # SQLite has no advisory locks; an flock on a file next to the database does the same on one host.
     with open(f"{path}.migrate-lock", "a+") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
@@ -116,7 +122,7 @@ def _migration_lock(engine: Engine, conn: sa.Connection) -> Iterator[None]:
 
 def migrate(engine: Engine, revision: str = "head") -> None:
     """Bring the schema to ``revision`` with Alembic; safe to call from several processes at once."""
-    with engine.connect() as conn, _migration_lock(engine, conn):
+    with _sqlite_file_lock(engine), engine.connect() as conn, _migration_lock(engine, conn):
         current = MigrationContext.configure(conn).get_current_revision()
         conn.commit()
         if current == head_revision() and revision == "head":
