@@ -10,9 +10,11 @@ from fastapi import FastAPI
 
 import dashboard
 from api import errors
+from api.auth import Principal
+from api.key_cache import KeyCache
 from api.middleware import BodySizeLimit, RequestContext
 from api.observability import make_registry
-from api.routes import code, health, jobs, keys, streams
+from api.routes import artifacts, code, health, jobs, keys, streams
 from api.stream_slots import StreamSlots
 from jobs import logconfig
 from jobs.db import get_engine, init_db
@@ -52,12 +54,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.engine = get_engine(settings.database_url)
     app.state.redis = redis_client(settings.redis_url)
     app.state.stream_slots = StreamSlots(settings.max_streams_per_owner)
+    app.state.key_cache = KeyCache[Principal](settings.key_cache_s)
     registry, latency = make_registry(app.state.engine, app.state.redis)
     app.state.metrics_registry = registry
     errors.install(app)
     app.include_router(health.router)
     app.include_router(jobs.router)
     app.include_router(streams.router)
+    app.include_router(artifacts.router)
     app.include_router(keys.router)
     code.install(app)
     dashboard.mount(app)

@@ -15,7 +15,9 @@ from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
+from starlette.concurrency import run_in_threadpool
 
+from api.key_cache import KeyCache
 from jobs import keys
 from jobs.settings import Settings
 
@@ -40,19 +42,38 @@ def hash_key(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
 
 
-def authenticate(token: str, settings: Settings, engine: Engine | None = None) -> Principal | None:
+def _admin(token: str, settings: Settings) -> Principal | None:
     admin = settings.admin_token
     # Compare digests in constant time so response timing says nothing about the key.
     if admin and hmac.compare_digest(hash_key(token), hash_key(admin)):
         return Principal(owner=ADMIN_OWNER, is_admin=True)
-    if engine is None or not token.startswith(keys.PREFIX):
-        return None
+    return None
+
+
+def _from_sql(token: str, engine: Engine) -> tuple[str, Principal] | None:
     # A short session of its own: streaming routes must not hold a connection for the whole stream.
     with Session(engine) as session:
         row = keys.live_key(session, token)
     if row is None:
         return None
-    return Principal(owner=row.owner, is_admin=False, queues=tuple(row.queues) if row.queues is not None else None)
+    return row.id, Principal(owner=row.owner, is_admin=False, queues=tuple(row.queues) if row.queues is not None else None)
+
+
+def authenticate(token: str, settings: Settings, engine: Engine | None = None) -> Principal | None:
+    """The principal of ``token``, always from SQL for a tenant key (no cache): for checks that must see a revocation now."""
+    if (admin := _admin(token, settings)) is not None:
+        return admin
+    if engine is None or not token.startswith(keys.PREFIX):
+        return None
+    found = _from_sql(token, engine)
+    return found[1] if found else None
+
+
+def key_cache(request: Request) -> KeyCache[Principal]:
+    cache = getattr(request.app.state, "key_cache", None)
+    if cache is None:
+        cache = request.app.state.key_cache = KeyCache[Principal](request.app.state.settings.key_cache_s)
+    return cache
 
 
 def still_authorized(request: Request, principal: Principal) -> bool:
@@ -66,13 +87,24 @@ def still_authorized(request: Request, principal: Principal) -> bool:
     return again is not None and again.owner == principal.owner
 
 
-def current_principal(
+async def current_principal(
     request: Request, credentials: HTTPAuthorizationCredentials | None = Depends(_bearer),
 ) -> Principal:
+    """Async, so a request whose key is the admin's or was verified within TORCHYARD_KEY_CACHE_S costs no
+    thread-pool hop; only a key this process has not seen lately is looked up in SQL (in a thread)."""
     unauthorized = {"WWW-Authenticate": "Bearer"}
     if credentials is None or credentials.scheme.lower() != "bearer":
         raise HTTPException(401, "missing bearer token: send 'Authorization: Bearer <key>'", headers=unauthorized)
-    principal = authenticate(credentials.credentials, request.app.state.settings, request.app.state.engine)
+    token, settings = credentials.credentials, request.app.state.settings
+    principal = _admin(token, settings)
+    if principal is None and token.startswith(keys.PREFIX):
+        cache = key_cache(request)
+        principal = cache.get(token)
+        if principal is None:
+            found = await run_in_threadpool(_from_sql, token, request.app.state.engine)
+            if found is not None:
+                cache.put(token, *found)
+                principal = found[1]
     if principal is None:
         raise HTTPException(401, "invalid or revoked API key", headers=unauthorized)
     request.state.owner = principal.owner  # for the access log

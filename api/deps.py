@@ -12,7 +12,8 @@ from sqlmodel import Session
 from jobs.settings import Settings
 
 
-def get_settings(request: Request) -> Settings:
+# Async: a sync dependency costs a thread-pool hop per request for what is an attribute read.
+async def get_settings(request: Request) -> Settings:
     return request.app.state.settings
 
 
@@ -21,7 +22,7 @@ def get_session(request: Request) -> Iterator[Session]:
         yield session
 
 
-def get_redis(request: Request) -> Redis:
+async def get_redis(request: Request) -> Redis:
     return request.app.state.redis
 
 

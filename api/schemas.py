@@ -49,6 +49,12 @@ class JobOut(BaseModel):
     last_step: int | None
     latest_metrics: dict[str, float]
     error: JobError | None
+    adjustments: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="What the service changed in the spec between attempts, oldest first: with train.auto_micro_batch, "
+                    "an attempt that ran out of memory is retried with grad_accum_steps doubled ({attempt, reason, field, "
+                    "from, to, micro_batch: {from, to}}). The spec shown is the adjusted one.",
+    )
     queue_position: int | None = Field(None, description="0-based place in the queue while queued.")
     waiting_reason: str | None = Field(
         None, description="Why a queued job has not started, e.g. '3 jobs ahead in queue default' (job detail only).",
@@ -78,8 +84,9 @@ class JobOut(BaseModel):
 
     @classmethod
     def detail(cls, d: service.JobDetail) -> JobOut:
-        return cls.of(
-            d.job, d.queue_position, waiting_reason=d.waiting_reason, nodes_needed=d.nodes_needed, workers_free=d.workers_free,
+        return cls._from_values(
+            dict(d.values), queue_position=d.queue_position, waiting_reason=d.waiting_reason, nodes_needed=d.nodes_needed,
+            workers_free=d.workers_free,
             secrets=d.secret_names,
             attempts=[AttemptOut.model_validate(a, from_attributes=True) for a in d.attempts],
             transitions=[TransitionOut.model_validate(t, from_attributes=True) for t in d.transitions],

@@ -2,7 +2,7 @@
 rewrite the generated part of docs/BENCHMARKS.md.
 
     python -m bench                        # everything (under 15 minutes on a 2-core VM)
-    python -m bench --only api,dispatch    # some suites: throughput fsdp dispatch api ingest reporting checkpoint code
+    python -m bench --only api,dispatch    # some suites, see SUITES below
     python -m bench --quick                # shorter runs, fewer rounds and jobs, for iterating
     python -m bench --no-doc               # leave docs/BENCHMARKS.md alone
 
@@ -23,7 +23,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from bench import api_bench, code_bundles, dispatch, ingest_bench, report, training
+from bench import api_bench, code_bundles, dispatch, ingest_bench, model_parallel, read_path, report, tracking, training
 from bench.common import REPO, Ctx, machine
 
 log = logging.getLogger("bench")
@@ -37,6 +37,9 @@ SUITES: dict[str, Callable[[Ctx], dict[str, Any]]] = {
     "reporting": training.reporting,  # 5b
     "checkpoint": training.checkpoints,  # 6
     "code": code_bundles.code,  # 7
+    "parallel": model_parallel.model_parallel,  # 8
+    "tracking": tracking.tracking,  # 9
+    "read_path": read_path.read_path,  # 10: wrk, torchyard vs a bare FastAPI app
 }
 
 

@@ -84,6 +84,12 @@ def rows(results: dict[str, Any]) -> list[Row]:
                         f"{_n(ms[mode], 2)} ms vs {_n(ms['none'], 2)} ms", f"samples/s ratio {_r(r[mode + '/none samples_per_s'])}"))
         out.append(("5 rank-0 reporting cost", "one report (all-reduce, host sync, JSON line)", f"{_n(p['per_report_ms'], 2)} ms",
                     "from the two cadences"))
+    if t := results.get("tracking"):
+        ms, r = t["step_ms"], t["ratios"]
+        for mode, label in (("tensorboard", "TensorBoard sink"), ("mlflow", "MLflow sink (local server)")):
+            if mode in ms:
+                out.append(("9 tracking sinks", f"step time, {label} vs events.jsonl only, every {t['config']['log_every_steps']} steps",
+                            f"{_n(ms[mode], 3)} ms vs {_n(ms['jsonl'], 3)} ms", f"samples/s ratio {_r(r[mode + '/jsonl samples_per_s'])}"))
     if c := results.get("checkpoint"):
         runs = c["runs"]
         for v in ("sync", "async"):
@@ -93,6 +99,17 @@ def rows(results: dict[str, Any]) -> list[Row]:
                         f"save call {_n(runs[v].get('save_call_median_s', float('nan')), 2)} s; "
                         f"step {_n(runs[v]['step_time_s'], 2)} s (none: {_n(runs['none']['step_time_s'], 2)} s)"))
         out.append(("6 checkpoints", "async / sync blocked", _r(c["ratios"]["async/sync blocked"]), ""))
+    if rp := results.get("read_path"):
+        for db, res in rp["results"].items():
+            med, ratio, goals = res["median"], res["ratios"], rp["config"]["goals"]
+            for m, label, conns, goal in (("get", "GET /v1/jobs/{id}", rp["config"]["get_connections"], goals["get_ratio"]),
+                                          ("post", "POST /v1/jobs, one owner", rp["config"]["post_connections"], goals["post_ratio"])):
+                x, bare = med[m], med[f"bare_{m}"]
+                bad = x["non2xx"] + x["socket_errors"]
+                out.append(("10 read path vs bare FastAPI (wrk)", f"{label} on {db}, {conns} connections",
+                            f"{_n(x['rps'])} req/s, p99 {_n(x['p99_ms'], 1)} ms; "
+                            f"bare {_n(bare['rps'])} req/s, p99 {_n(bare['p99_ms'], 1)} ms",
+                            f"ratio {_r(ratio[m])} (goal {goal})" + (f"; {bad} errors" if bad else "")))
     if k := results.get("code"):
         for kind, u in k["upload"].items():
             out.append(("7 your own code", f"50 MiB directory ({kind}), first submit --workdir",
@@ -104,6 +121,14 @@ def rows(results: dict[str, Any]) -> list[Row]:
                            ("none", "no requirements")):
             out.append(("7 your own code", f"script job POST -> first step, {label}", f"median {_n(s[key]['median'], 2)} s",
                         f"{k['config']['rounds']} rounds, {k['config']['requirement']}" if key == "uncached" else ""))
+    if m := results.get("parallel"):
+        s, r = m["summary"], m["ratios"]
+        labels = {"ddp": "DDP", "fsdp": "FSDP2", "pp2": "pipeline, 2 stages (1f1b)", "tp2": "tensor parallel, 2 ranks"}
+        for key, label in labels.items():
+            out.append(("8 model parallelism", f"gpt {m['config']['params'] / 1e6:.2f}M params, 2 ranks: {label}",
+                        f"{_n(s[key]['samples_per_s'], 1)} samples/s; {_n(s[key]['max_params_per_rank'])} params/rank "
+                        f"({_r(s[key]['params_fraction'])} of the model)",
+                        "" if key == "ddp" else f"samples/s vs DDP {_r(r[f'{key}/ddp samples_per_s'])}"))
     return out
 
 

@@ -20,7 +20,9 @@ import functools
 import importlib.metadata
 import json
 import os
+import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -416,6 +418,65 @@ def download(
         _echo_json({"job_id": job_id, "step": step, "path": str(path), "size_bytes": path.stat().st_size})
         return
     console.print(f"wrote {escape(str(path))} ({path.stat().st_size / 1e6:.1f} MB)")
+
+
+@app.command()
+@handles_errors
+def artifacts(
+    ctx: typer.Context,
+    job_id: Annotated[str, typer.Argument(help="Job id.", show_default=False)],
+    get: Annotated[str | None, typer.Option("--get", help="Download this file (a path as listed).", show_default=False)] = None,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Where --get writes; default the file's name in the "
+                                                                       "current directory.", show_default=False)] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """List the files a job wrote under its artifacts/ directory (TensorBoard events, profiler traces), or download one."""
+    client = _settings(ctx).client()
+    if get is not None:
+        path = client.download_artifact(job_id, get, output if output is not None else Path(get).name)
+        if as_json:
+            _echo_json({"job_id": job_id, "artifact": get, "path": str(path), "size_bytes": path.stat().st_size})
+        else:
+            console.print(f"wrote {escape(str(path))} ({path.stat().st_size} bytes)")
+        return
+    items = client.artifacts(job_id)
+    if as_json:
+        _echo_json([_dump(a) for a in items])
+        return
+    if not items:
+        console.print(f"job {escape(job_id)} has no artifacts (yet)")
+        return
+    for a in items:
+        modified = a.modified.strftime("%Y-%m-%d %H:%M:%S") if a.modified else ""
+        console.print(f"{a.size_bytes:>12}  {modified}  {escape(a.path)}")
+
+
+@app.command()
+@handles_errors
+def tensorboard(
+    ctx: typer.Context,
+    job_ids: Annotated[list[str], typer.Argument(help="Job ids.", show_default=False)],
+    logdir: Annotated[Path | None, typer.Option("--logdir", help="Where the event files go (one subdirectory per job); "
+                                                                 "default a new temporary directory.", show_default=False)] = None,
+    port: Annotated[int | None, typer.Option("--port", min=1, max=65535, help="TensorBoard's port; default its own (6006).",
+                                             show_default=False)] = None,
+    print_only: Annotated[bool, typer.Option("--print", help="Download, then print the tensorboard command instead of "
+                                                             "running it.")] = False,
+) -> None:
+    """Download the jobs' TensorBoard event files into one logdir and start TensorBoard on it."""
+    from cli import tensorboard as tb
+
+    target = logdir if logdir is not None else Path(tempfile.mkdtemp(prefix="torchyard-tb-"))
+    written = tb.download(_settings(ctx).client(), job_ids, target)
+    for job_id, files in written.items():
+        if not files:
+            err.print(f"[yellow]job {escape(job_id)} has no TensorBoard event files (yet)[/]")
+    cmd = tb.command(target, port)
+    if print_only:
+        console.print(tb.shell(cmd), markup=False)
+        return
+    err.print(f"TensorBoard on {escape(str(target))}: {escape(tb.shell(cmd))}")
+    raise typer.Exit(subprocess.call(cmd))
 
 
 @app.command()

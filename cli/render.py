@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timezone
 
 from rich.console import Group
@@ -10,6 +11,8 @@ from rich.table import Table
 from rich.text import Text
 
 from client import Checkpoint, Job, MetricPoint
+
+PER_RANK = re.compile(r"^sys/rank\d+/")
 
 STATUS_STYLE = {
     "queued": "yellow", "running": "cyan", "cancelling": "magenta", "succeeded": "green", "failed": "bold red", "cancelled": "dim",
@@ -105,7 +108,8 @@ def job_panel(job: Job, checkpoints: list[Checkpoint] | None = None) -> Panel:
         metrics.add_column("metric")
         metrics.add_column("value", justify="right")
         for name in sorted(job.latest_metrics):
-            metrics.add_row(name, fmt_metric(job.latest_metrics[name]))
+            if not PER_RANK.match(name):  # sys/rankN/...: one row per rank would drown the rest; the API has them
+                metrics.add_row(name, fmt_metric(job.latest_metrics[name]))
         parts.append(metrics)
     if checkpoints:
         last = checkpoints[-1]

@@ -9,6 +9,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import yaml
@@ -17,6 +18,7 @@ from client.config import ClientConfig, load_config
 from client.errors import ApiError, ConnectionFailed, NotFound, TorchyardError, error_from_response
 from client.models import (
     ApiKey,
+    Artifact,
     Checkpoint,
     CheckpointEvent,
     CodeBundle,
@@ -216,6 +218,29 @@ class Client:
                 target = Path(dest) if dest is not None else Path.cwd()
                 if target.is_dir():
                     target = target / (_attachment_name(response.headers.get("content-disposition")) or f"{job_id}.safetensors")
+                tmp = target.with_name(f".{target.name}.part")
+                with tmp.open("wb") as out:
+                    for block in response.iter_bytes(1 << 20):
+                        out.write(block)
+                tmp.replace(target)  # never a half-written file under the final name
+                return target
+        except httpx.TransportError as exc:
+            raise ConnectionFailed(f"download from {self.url} broke: {exc}") from exc
+
+    def artifacts(self, job_id: str) -> list[Artifact]:
+        """Files the job wrote under its run's ``artifacts/`` directory (TensorBoard events, profiler traces ...)."""
+        return [Artifact.model_validate(a) for a in self._json("GET", f"/v1/jobs/{job_id}/artifacts")["items"]]
+
+    def download_artifact(self, job_id: str, path: str, dest: str | Path) -> Path:
+        """Save the artifact ``path`` (relative to ``artifacts/``) to the file ``dest``, creating its directory."""
+        target = Path(dest)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        quoted = "/".join(quote(part, safe="") for part in path.split("/"))
+        try:
+            with self._http.stream("GET", f"/v1/jobs/{job_id}/artifacts/{quoted}") as response:
+                if response.is_error:
+                    response.read()
+                    raise error_from_response(response)
                 tmp = target.with_name(f".{target.name}.part")
                 with tmp.open("wb") as out:
                     for block in response.iter_bytes(1 << 20):

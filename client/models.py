@@ -85,6 +85,14 @@ class Checkpoint(_Model):
     details: dict[str, Any] = Field(default_factory=dict)
 
 
+class Artifact(_Model):
+    """A file under a job's ``artifacts/`` directory; ``path`` is relative to it."""
+
+    path: str
+    size_bytes: int
+    modified: datetime | None = None
+
+
 class CodeBundle(_Model):
     """A stored code bundle (``POST /v1/code``); ``uploaded`` is False when the server already had it."""
 

@@ -70,15 +70,16 @@ RUN pip install --no-cache-dir --index-url "${TORCH_INDEX_URL:-https://download.
 RUN python -c "import torch; f = torch.compile(lambda x: torch.nn.functional.gelu(x) * 2); assert torch.allclose(f(torch.ones(4)), torch.nn.functional.gelu(torch.ones(4)) * 2)" \
     && rm -rf /tmp/torchinductor_*
 
-COPY docker/requirements.txt /tmp/requirements.txt
-RUN pip install --no-cache-dir -r /tmp/requirements.txt && rm /tmp/requirements.txt
+COPY docker/requirements.txt docker/worker-requirements.txt /tmp/
+RUN pip install --no-cache-dir -r /tmp/requirements.txt -r /tmp/worker-requirements.txt \
+    && rm /tmp/requirements.txt /tmp/worker-requirements.txt
 
 COPY --from=build /wheels /tmp/wheels
 # --no-deps: torch is already here from the right index. pip check proves the set is consistent.
 RUN pip install --no-cache-dir --no-deps /tmp/wheels/*.whl \
     && rm -rf /tmp/wheels \
     && pip check \
-    && python -c "import torch, torch.distributed.run, trainer.engine, worker.supervisor; print(torch.__version__, torch.version.cuda)"
+    && python -c "import torch, torch.distributed.run, trainer.engine, worker.supervisor, torch.utils.tensorboard, mlflow, pynvml; print(torch.__version__, torch.version.cuda)"
 
 USER 10001:10001
 WORKDIR /home/torchyard

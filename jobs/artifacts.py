@@ -185,3 +185,38 @@ def tree_size(path: Path) -> int | None:
                 except FileNotFoundError:  # deleted (keep_last) while we walked
                     continue
     return total
+
+
+ARTIFACTS_DIR = "artifacts"
+MAX_LISTED = 10_000
+
+
+def list_artifacts(run_dir: Path, limit: int = MAX_LISTED) -> list[tuple[str, int, float]]:
+    """(path relative to ``artifacts/``, size, modified) of every regular file under the run's ``artifacts/``,
+    sorted by path, at most ``limit``. Symlinks (to files or directories) are neither listed nor followed,
+    so the listing never names anything ``open_under`` would refuse to serve."""
+    root = run_dir / ARTIFACTS_DIR
+    if root.is_symlink() or not root.is_dir():
+        return []
+    found: list[tuple[str, int, float]] = []
+    for dirpath, dirs, files in os.walk(root, followlinks=False):
+        dirs.sort()
+        for name in sorted(files):
+            full = os.path.join(dirpath, name)
+            try:
+                st = os.lstat(full)
+            except FileNotFoundError:  # deleted while we walked
+                continue
+            if stat.S_ISREG(st.st_mode):
+                found.append((Path(full).relative_to(root).as_posix(), st.st_size, st.st_mtime))
+                if len(found) >= limit:
+                    return sorted(found)
+    return sorted(found)
+
+
+def open_artifact(run_dir: Path, relative: str) -> BinaryIO:
+    """The artifact ``relative`` (to ``artifacts/``), opened by ``open_under``: FileNotFoundError when it is missing,
+    not a regular file, or reached through a symlink, ``..`` or an absolute path."""
+    if not relative or relative.startswith("/") or "\\" in relative:
+        raise FileNotFoundError(relative)
+    return open_under(run_dir, f"{ARTIFACTS_DIR}/{relative}")

@@ -77,6 +77,13 @@ def _checkpoint_path(run_dir: str | None, path: str) -> str:
     return str(Path(run_dir) / path) if run_dir else path
 
 
+def _next_seqs(session: Session, model: type[MetricPoint] | type[Checkpoint], job_id: str, after: int) -> list[int]:
+    """The first BATCH distinct seqs of ``model``'s rows of ``job_id`` above ``after``: an index range."""
+    query = (sa.select(model.seq).where(model.job_id == job_id, model.seq > after)  # type: ignore[arg-type]
+             .distinct().order_by(model.seq).limit(BATCH))  # type: ignore[arg-type]
+    return [row[0] for row in session.exec(query)]  # type: ignore[call-overload]
+
+
 def poll(session: Session, job_id: str, cursor: Cursor) -> Batch:
     """Everything after ``cursor``, oldest first; ``end`` last once the job is terminal."""
     # Status first: the worker stores every event before its final transition commits, so a
@@ -89,11 +96,11 @@ def poll(session: Session, job_id: str, cursor: Cursor) -> Batch:
         .order_by(Transition.id).limit(BATCH)
     ).scalars())
 
-    seqs = sa.union(
-        sa.select(MetricPoint.seq).where(MetricPoint.job_id == job_id, MetricPoint.seq > cursor.seq),
-        sa.select(Checkpoint.seq).where(Checkpoint.job_id == job_id, Checkpoint.seq > cursor.seq),
-    ).subquery()
-    wanted = [row[0] for row in session.exec(sa.select(seqs.c[0]).order_by(seqs.c[0]).limit(BATCH))]  # type: ignore[call-overload]
+    # Each source is read along its (job_id, seq) index and cut at BATCH on its own, so a poll reads
+    # O(new rows) and a fresh stream over a long history reads no more than the batch it sends.
+    metric_seqs = _next_seqs(session, MetricPoint, job_id, cursor.seq)
+    checkpoint_seqs = _next_seqs(session, Checkpoint, job_id, cursor.seq)
+    wanted = sorted(set(metric_seqs) | set(checkpoint_seqs))[:BATCH]
     events: list[tuple[float, int, Message | None, dict[str, Any]]] = []
     if wanted:
         low, high = cursor.seq, wanted[-1]

@@ -85,7 +85,10 @@ class ErrorType(str, Enum):
 
 class Job(SQLModel, table=True):
     __tablename__ = "jobs"
-    __table_args__ = (sa.Index("ix_jobs_owner_id", "owner", "id"), sa.Index("ix_jobs_status_queue", "status", "queue"))
+    __table_args__ = (
+        sa.Index("ix_jobs_owner_id", "owner", "id"), sa.Index("ix_jobs_status_queue", "status", "queue"),
+        sa.Index("ix_jobs_owner_status", "owner", "status"),  # the per-owner caps count by status
+    )
 
     id: str = Field(default_factory=new_job_id, primary_key=True, max_length=32)
     owner: str = Field(index=True, max_length=64)
@@ -121,13 +124,17 @@ class Job(SQLModel, table=True):
     error_message: str | None = Field(default=None, sa_column=Column(sa.Text))
     error_traceback: str | None = Field(default=None, sa_column=Column(sa.Text))
     error_log_tail: str | None = Field(default=None, sa_column=Column(sa.Text))
+    # What the service changed in the spec between attempts (train.auto_micro_batch after an OOM), oldest first.
+    adjustments: list[dict[str, Any]] = Field(default_factory=list, sa_column=Column(JSON, nullable=False, server_default="[]"))
 
 
 class Transition(SQLModel, table=True):
     __tablename__ = "job_transitions"
+    # A job's transitions in order (details, the event feed's polls) are one index range.
+    __table_args__ = (sa.Index("ix_job_transitions_job_id_id", "job_id", "id"),)
 
     id: int | None = Field(default=None, primary_key=True)
-    job_id: str = Field(foreign_key="jobs.id", index=True, max_length=32)
+    job_id: str = Field(foreign_key="jobs.id", max_length=32)
     at: datetime = Field(default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False))
     from_status: str = Field(max_length=16)
     to_status: str = Field(max_length=16)
@@ -157,6 +164,8 @@ class MetricPoint(SQLModel, table=True):
     replays steps after its checkpoint overwrites instead of duplicating."""
 
     __tablename__ = "job_metrics"
+    # The event feed reads points by seq; the primary key serves (job_id, name, step).
+    __table_args__ = (sa.Index("ix_job_metrics_job_seq", "job_id", "seq"), sa.Index("ix_job_metrics_job_step", "job_id", "step", "name"))
 
     job_id: str = Field(foreign_key="jobs.id", primary_key=True, max_length=32)
     name: str = Field(primary_key=True, max_length=128)
@@ -169,6 +178,7 @@ class MetricPoint(SQLModel, table=True):
 
 class Checkpoint(SQLModel, table=True):
     __tablename__ = "job_checkpoints"
+    __table_args__ = (sa.Index("ix_job_checkpoints_job_seq", "job_id", "seq"),)
 
     job_id: str = Field(foreign_key="jobs.id", primary_key=True, max_length=32)
     step: int = Field(primary_key=True)

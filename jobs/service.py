@@ -11,6 +11,7 @@ import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, BinaryIO
 
 import sqlalchemy as sa
@@ -309,7 +310,8 @@ def metric_points(
     after = _decode_cursor(cursor, 2)
     if after:
         step, name = int(after[0]), after[1]
-        query = query.where(sa.or_(MetricPoint.step > step, sa.and_(MetricPoint.step == step, MetricPoint.name > name)))
+        # A row-value comparison, so the (job_id, step, name) index serves it as one range (an OR of two does not).
+        query = query.where(sa.tuple_(MetricPoint.step, MetricPoint.name) > sa.tuple_(sa.literal(step), sa.literal(name)))
     query = query.order_by(MetricPoint.step, MetricPoint.name).limit(limit + 1)
     rows = list(session.exec(query).scalars())  # type: ignore[call-overload]
     more = len(rows) > limit
@@ -330,6 +332,17 @@ def attempts(session: Session, job_id: str) -> list[Attempt]:
 def transitions(session: Session, job_id: str) -> list[Transition]:
     query = sa.select(Transition).where(Transition.job_id == job_id).order_by(Transition.id)
     return list(session.exec(query).scalars())  # type: ignore[call-overload]
+
+
+# GET /v1/jobs/{id} is the hottest read. Its statements are built once, with bound parameters, and run on the
+# Core connection: building a WHERE per call, ORM loading and identity-map bookkeeping cost several times
+# the queries themselves on its profile (bench/read_path.py --profile).
+_JOB_BY_ID = sa.select(*Job.__table__.columns).where(Job.id == sa.bindparam("job_id"))  # type: ignore[attr-defined]
+_ATTEMPT_ROWS = (sa.select(*Attempt.__table__.columns).where(Attempt.job_id == sa.bindparam("job_id"))  # type: ignore[attr-defined]
+                 .order_by(Attempt.attempt))
+_TRANSITION_ROWS = (sa.select(*Transition.__table__.columns).where(Transition.job_id == sa.bindparam("job_id"))  # type: ignore[attr-defined]
+                    .order_by(Transition.id))
+_SECRET_NAMES = sa.select(JobSecret.names).where(JobSecret.job_id == sa.bindparam("job_id"))  # type: ignore[arg-type]
 
 
 def waiting_reason(session: Session, redis: Redis, job: Job, settings: Settings, position: int | None) -> str | None:
@@ -370,18 +383,25 @@ def waiting_reason(session: Session, redis: Redis, job: Job, settings: Settings,
 
 @dataclass(frozen=True)
 class JobDetail:
-    job: Job
+    job: Job  # a read-only view of the row (attribute access only)
+    values: dict[str, Any]  # the job's columns
     queue_position: int | None
     waiting_reason: str | None
-    attempts: list[Attempt]
-    transitions: list[Transition]
+    attempts: list[Any]  # rows with Attempt's columns
+    transitions: list[Any]  # rows with Transition's columns
     nodes_needed: int | None = None  # multi-node jobs while queued: workers the gang needs at once
     workers_free: int | None = None  # and idle workers serving its queue now
     secret_names: list[str] = field(default_factory=list)
 
 
 def job_detail(session: Session, redis: Redis, settings: Settings, owner: str, job_id: str) -> JobDetail:
-    job = get_job(session, owner, job_id)
+    conn, params = session.connection(), {"job_id": job_id}
+    row = conn.execute(_JOB_BY_ID, params).first()
+    if row is None or row.owner != owner:
+        raise JobNotFound(job_id)  # another owner's job is indistinguishable from a missing one
+    values = dict(row._mapping)
+    # Read-only attribute access to the row: a Job instance's instrumented construction cost more than the queries.
+    job: Any = SimpleNamespace(**values)
     position = queue.queue_position(redis, job) if job.status == Status.QUEUED.value else None
     nodes_needed = workers_free = None
     if job.status == Status.QUEUED.value and gang.nnodes(job.spec) > 1:
@@ -390,9 +410,10 @@ def job_detail(session: Session, redis: Redis, settings: Settings, owner: str, j
             workers_free = gang.capacity(redis, job.queue)[0]
         except RedisError:
             workers_free = None
-    return JobDetail(job, position, waiting_reason(session, redis, job, settings, position),
-                     attempts(session, job_id), transitions(session, job_id), nodes_needed, workers_free,
-                     secret_names(session, job.id))
+    names = conn.execute(_SECRET_NAMES, params).scalar()
+    return JobDetail(job, values, position, waiting_reason(session, redis, job, settings, position),
+                     list(conn.execute(_ATTEMPT_ROWS, params)), list(conn.execute(_TRANSITION_ROWS, params)), nodes_needed,
+                     workers_free, list(names or []))
 
 
 @dataclass(frozen=True)

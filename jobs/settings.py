@@ -40,11 +40,16 @@ class Settings(BaseSettings):
     requirements_only_binary: bool = Field(
         True, description="Install requirements from wheels only: no package's build script runs on a worker.")
     admin_token: str | None = Field(None, description="Bearer token of the admin owner; required by the API.")
+    mlflow_tracking_uri: str | None = Field(
+        None, description="MLflow tracking server (http(s)://...) every job's rank 0 logs params, metrics and final weights to; "
+                          "passed to the ranks by the worker. Unset: no MLflow.")
 
     worker_queues: Annotated[list[str], NoDecode] = Field(default_factory=lambda: ["default"])
     worker_id: str | None = Field(None, description="Defaults to hostname:pid.")
     max_nproc_per_node: int = Field(default_factory=lambda: os.cpu_count() or 1, ge=1)
     max_nnodes: int = Field(64, ge=1)
+    worker_gpus: int | None = Field(None, ge=0, le=1024, description="GPUs this worker gives its jobs (parallel.nproc_per_node 'gpu' "
+                                                                     "and the check that ranks <= GPUs); default: counted on the host.")
 
     lease_ttl_s: float = Field(30.0, gt=0)
     poll_interval_s: float = Field(0.5, gt=0, description="Supervisor loop period: tail events, heartbeat, check cancel.")
@@ -93,6 +98,10 @@ class Settings(BaseSettings):
     max_request_bytes: int = Field(1_048_576, ge=1024, description="Request bodies above this many bytes answer 413.")
     max_queued_per_owner: int = Field(1000, ge=1, description="Queued jobs one owner may have; more submissions answer 429.")
     max_running_per_owner: int = Field(100, ge=1, description="Running jobs one owner may have; further jobs wait in the queue.")
+    key_cache_s: float = Field(
+        5.0, ge=0, le=300, description="How long an API process trusts a tenant key it has verified without asking SQL again: a "
+        "key revoked through another API process stops working within this bound (at once in the process that revoked it). "
+        "0 asks SQL on every request.")
     sse_poll_interval_s: float = Field(0.5, gt=0, le=60, description="How often event and log streams poll SQL and files.")
     log_format: Literal["json", "text"] = Field("json", description="json: one object per line with job_id and request_id.")
 

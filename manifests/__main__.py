@@ -59,6 +59,8 @@ def _parser() -> argparse.ArgumentParser:
     sl = parser.add_argument_group("Slurm")
     sl.add_argument("--runs-dir", help="runs root on a filesystem all nodes share; default $TORCHYARD_RUNS_DIR or $SLURM_SUBMIT_DIR/runs")
     sl.add_argument("--data-dir", help="data root; default $TORCHYARD_DATA_DIR or $SLURM_SUBMIT_DIR/data")
+    sl.add_argument("--cpus-per-rank", type=int, default=4,
+                    help="CPUs per rank: the script asks for --cpus-per-task = nproc_per_node x this (one task per node)")
     sl.add_argument("--container", choices=slurm.CONTAINERS, default="pyxis",
                     help="pyxis: srun --container-image; apptainer: apptainer exec; none: torchrun from the nodes' own environment")
     parser.add_argument("-o", "--output", type=Path, help="write here instead of stdout")
@@ -81,8 +83,10 @@ def render(args: argparse.Namespace) -> str:
         name=name, run_id=args.run_id or name, image=args.image, rdzv_port=args.rdzv_port,
         gpus_per_node=default_gpus(spec) if args.gpus_per_node is None else args.gpus_per_node,
         runs_pvc=args.runs_pvc, data_pvc=args.data_pvc, stop_grace_s=args.stop_grace_s, runs_dir=args.runs_dir, data_dir=args.data_dir,
-        container=args.container,
+        container=args.container, cpus_per_rank=args.cpus_per_rank,
     )
+    if opts.cpus_per_rank < 1:
+        raise LaunchError("--cpus-per-rank must be 1 or more")
     if opts.gpus_per_node < 0:
         raise LaunchError("--gpus-per-node must be 0 or more")
     if args.target == "slurm":

@@ -41,6 +41,9 @@ class LaunchOptions:
     runs_dir: str | None = None
     data_dir: str | None = None
     container: str = "pyxis"  # Slurm: pyxis | apptainer | none
+    # Slurm: CPUs per rank. Without --cpus-per-task a task gets one CPU, and every rank and its data
+    # workers would share it (the service's Slurm executor uses TORCHYARD_SLURM_CPUS_PER_RANK likewise).
+    cpus_per_rank: int = 4
 
 
 def kube_name(text: str) -> str:
@@ -59,7 +62,12 @@ def check_name(name: str) -> str:
 
 def default_gpus(spec: JobSpec) -> int:
     """One GPU per rank unless the spec asks for the CPU."""
-    return 0 if spec.parallel.device == "cpu" else spec.parallel.nproc_per_node
+    if spec.parallel.device == "cpu":
+        return 0
+    if spec.parallel.nproc_per_node == "gpu":
+        # torchrun counts the node's GPUs itself; the scheduler must still be told how many to give.
+        raise LaunchError("parallel.nproc_per_node is 'gpu': pass --gpus-per-node")
+    return spec.parallel.nproc_per_node
 
 
 def spec_json(spec: JobSpec) -> str:

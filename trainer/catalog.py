@@ -62,6 +62,8 @@ class GPTArgs(_Args):
     block_size: int = Field(64, ge=2, le=32768, description="Context length; the data's seq_len must not exceed it.")
     dropout: float = Field(0.0, ge=0.0, lt=1.0)
     bias: bool = Field(True, description="Bias in linear layers and LayerNorms.")
+    tie_embeddings: bool = Field(True, description="The output head shares the token embedding's weight (GPT-2); "
+                                                   "false for pipeline parallelism, whose first and last stages are apart.")
 
 
 class CatalogEntry(BaseModel):

@@ -46,6 +46,8 @@ class TrainPosition:
     step: int = 0
     epoch: int = 0
     step_in_epoch: int = 0
+    # Sum over this epoch's finished steps of the rank-averaged loss, so train/epoch_loss survives a resume.
+    epoch_loss_sum: float = 0.0
 
 
 def resolve_checkpoint_dir(path: str | Path) -> Path:
@@ -164,13 +166,14 @@ class Checkpointer:
         dist.barrier()
         started = time.perf_counter()
         torch.save(_rng_state(self.rank.device), tmp / "rng" / f"rank_{self.rank.rank:05d}.pt")
-        model_sd, optim_sd = get_state_dict(model, optimizer)
+        model_sd, optim_sd = get_state_dict(model, optimizer, options=_options(self.spec))
         state = {"model": model_sd, "optim": optim_sd}
         meta = {
             "format_version": FORMAT_VERSION,
             "step": pos.step,
             "epoch": pos.epoch,
             "step_in_epoch": pos.step_in_epoch,
+            "epoch_loss_sum": pos.epoch_loss_sum,
             "world_size": self.rank.world_size,
             "strategy": self.spec.parallel.strategy,
             "scheduler": scheduler.state_dict(),
@@ -187,7 +190,8 @@ class Checkpointer:
             log.info("checkpoint %s staged in %.2fs; writing in the background", name, time.perf_counter() - started)
             return
         dcp.save(state, checkpoint_id=str(tmp))
-        weights = full_weights(model) if final else None
+        # A pipeline rank holds only its stages: load_model reads the whole model from the DCP shards instead.
+        weights = full_weights(model) if final and self.spec.parallel.pipeline is None else None
         if self.rank.is_main:
             if weights is not None:
                 from safetensors.torch import save_file
@@ -252,10 +256,11 @@ class Checkpointer:
         if meta["model"] != self.model_meta:
             raise ValueError(f"{ckpt}: checkpoint is of model {meta['model']}, this job trains {self.model_meta}")
         started = time.perf_counter()
-        model_sd, optim_sd = get_state_dict(model, optimizer)
+        model_sd, optim_sd = get_state_dict(model, optimizer, options=_options(self.spec))
         state = {"model": model_sd, "optim": optim_sd}
         dcp.load(state, checkpoint_id=str(ckpt))  # DCP reshards when the world size changed
-        set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+        set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"],
+                       options=_options(self.spec))
         scheduler.load_state_dict(meta["scheduler"])
         if scaler is not None and meta.get("scaler"):
             scaler.load_state_dict(meta["scaler"])
@@ -266,7 +271,15 @@ class Checkpointer:
             log.warning("world size changed (%d -> %d): RNG streams are not restored", meta["world_size"], self.rank.world_size)
         self.last_saved_step = meta["step"]
         log.info("resumed from %s (step %d) in %.2fs", ckpt.name, meta["step"], time.perf_counter() - started)
-        return TrainPosition(meta["step"], meta["epoch"], meta["step_in_epoch"])
+        return TrainPosition(meta["step"], meta["epoch"], meta["step_in_epoch"], meta.get("epoch_loss_sum", 0.0))
+
+
+def _options(spec: Any) -> Any:
+    """Pipeline ranks hold different parameters, so their optimizer param_groups differ, and DCP keeps one copy of
+    a non-tensor entry: flattened, each parameter's group settings get a key of their own (as torchtitan saves)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+    return StateDictOptions(flatten_optimizer_state_dict=spec.parallel.pipeline is not None)
 
 
 def _fsync_dir(path: Path) -> None:

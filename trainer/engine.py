@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from trainer import faults, tasks
+from trainer import faults, sinks, tasks
 from trainer.checkpoint import Checkpointer, TrainPosition
 from trainer.data import build_dataset
 from trainer.data.loader import TrainBatches, eval_batches
@@ -20,10 +20,13 @@ from trainer.distributed import RankInfo
 from trainer.events import EventWriter
 from trainer.exit_codes import PREEMPTED_EXIT_CODE
 from trainer.metrics import MetricsReporter
+from trainer.model_parallel.apply import eval_forward
+from trainer.model_parallel.norms import clip_grad_norm
 from trainer.models import build_model
 from trainer.optim import build_optimizer, build_scheduler
-from trainer.parallel import grad_scaler, parallelize, reshard
+from trainer.parallel import Parallelized, grad_scaler, parallelize, reshard
 from trainer.preemption import StopSignal
+from trainer.profiling import StepProfiler
 from trainer.spec import JobSpec
 
 log = logging.getLogger(__name__)
@@ -39,6 +42,10 @@ def _grad_norm_and_clip(model: nn.Module, max_norm: float | None) -> torch.Tenso
         norm = norm.full_tensor()  # FSDP: per-shard partial norms reduced to the global norm
     torch.nn.utils.clip_grads_with_norm_([p for p in model.parameters() if p.grad is not None], max_norm, norm, foreach=True)
     return norm
+
+
+def _due(count: int, every: int | None) -> bool:
+    return every is not None and count % every == 0
 
 
 def _local_numel(t: torch.Tensor) -> int:
@@ -70,7 +77,7 @@ def run(spec: JobSpec, run_dir: Path, rank: RankInfo, data_dir: Path | None) -> 
     t = spec.train
     if t.precision == "fp16" and rank.device.type != "cuda":
         raise ValueError("train.precision: fp16 needs CUDA; use bf16 or fp32 on the CPU")
-    events = EventWriter(run_dir, enabled=rank.is_main)
+    events = EventWriter(run_dir, enabled=rank.is_main, sinks=sinks.build(run_dir, spec.visible_dump()) if rank.is_main else None)
     control_group = dist.new_group(backend="gloo") if rank.world_size > 1 else None
     stop = StopSignal(rank.world_size, control_group)
     events.status("starting", world_size=rank.world_size, strategy=spec.parallel.strategy, device=rank.device.type)
@@ -79,9 +86,12 @@ def run(spec: JobSpec, run_dir: Path, rank: RankInfo, data_dir: Path | None) -> 
     bundle = build_dataset(spec.data.name, spec.data.args, data_dir)
     model = build_model(spec.model.name, spec.model.args, bundle.info)
     flops = _flops_per_sample(model, spec, bundle.info)
-    wrapped = parallelize(model, rank, spec)
+    wrapped = parallelize(model, rank, spec, bundle.info.task)
     net = wrapped.model
-    batches = TrainBatches(bundle.train, rank, t.global_batch_size, t.grad_accum_steps, t.seed, spec.data.num_workers)
+    pipe = wrapped.pipeline
+    # Ranks that differ only in a pipeline or tensor-parallel coordinate read the same samples.
+    data_rank = wrapped.data_rank or rank
+    batches = TrainBatches(bundle.train, data_rank, t.global_batch_size, t.grad_accum_steps, t.seed, spec.data.num_workers)
     total_steps = t.epochs * batches.steps_per_epoch
     if t.max_steps is not None:
         total_steps = min(total_steps, t.max_steps)
@@ -89,7 +99,9 @@ def run(spec: JobSpec, run_dir: Path, rank: RankInfo, data_dir: Path | None) -> 
     optimizer = build_optimizer(net, t, fused=fused)
     scheduler = build_scheduler(optimizer, t, total_steps)
     scaler = grad_scaler(wrapped, t.precision, rank.device)
-    torch.manual_seed(t.seed + 1 + rank.rank)  # per-rank stream for dropout; restored exactly on resume
+    # Per data-parallel rank stream for dropout (tensor-parallel ranks must drop the same replicated activations);
+    # restored exactly on resume.
+    torch.manual_seed(t.seed + 1 + data_rank.rank)
 
     async_group = dist.new_group(backend="gloo") if spec.checkpoint.async_save else None
     checkpointer = Checkpointer(run_dir, spec, rank, events, {"name": spec.model.name, "args": spec.model.args},
@@ -110,16 +122,24 @@ def run(spec: JobSpec, run_dir: Path, rank: RankInfo, data_dir: Path | None) -> 
     accum = t.grad_accum_steps
     preempted = False
     net.train()
+    profiler = StepProfiler(spec.profile, run_dir, rank)
     reporter.reset_window(pos.step)
     epoch_iter = batches.epoch(pos.epoch, pos.step_in_epoch) if pos.step < total_steps else iter(())
+    # Every rank starts from the saved rank-average, so the all-reduced mean at the epoch's end is exact.
+    epoch_loss = torch.tensor(pos.epoch_loss_sum, device=rank.device)
     while pos.step < total_steps:
         micro_batches = next(epoch_iter, None)
         if micro_batches is None:  # epoch exhausted (only reached on resume at an epoch boundary)
             pos.epoch, pos.step_in_epoch = pos.epoch + 1, 0
             epoch_iter = batches.epoch(pos.epoch)
             continue
+        profiler.before(pos.step + 1)
         loss_sum = torch.zeros((), device=rank.device)
-        for i, (x, y) in enumerate(micro_batches):
+        if pipe is not None:  # the schedule runs forward and backward over its own micro-batches
+            (x, y), = micro_batches
+            with autocast:
+                loss_sum = pipe.train_step(x, y)
+        for i, (x, y) in enumerate(micro_batches if pipe is None else ()):
             # DDP: all-reduce gradients only on the last micro-batch of the step.
             sync = contextlib.nullcontext() if not is_ddp or i == accum - 1 else net.no_sync()
             with sync:
@@ -130,7 +150,11 @@ def run(spec: JobSpec, run_dir: Path, rank: RankInfo, data_dir: Path | None) -> 
             loss_sum += loss.detach()
         if scaler is not None:
             scaler.unscale_(optimizer)
-        grad_norm = _grad_norm_and_clip(net, t.grad_clip)
+        if wrapped.data_rank is not None:  # parameters split over stages or sharded over a 2-D mesh
+            parts = pipe.parts if pipe is not None else [net]
+            grad_norm = clip_grad_norm(parts, t.grad_clip, pipe.group if pipe is not None else None)
+        else:
+            grad_norm = _grad_norm_and_clip(net, t.grad_clip)
         lr = optimizer.param_groups[0]["lr"]
         if scaler is not None:
             scaler.step(optimizer)
@@ -142,23 +166,31 @@ def run(spec: JobSpec, run_dir: Path, rank: RankInfo, data_dir: Path | None) -> 
         step_epoch = pos.epoch
         pos.step += 1
         pos.step_in_epoch += 1
-        if pos.step_in_epoch == batches.steps_per_epoch:
+        epoch_loss += loss_sum
+        epoch_ended = pos.step_in_epoch == batches.steps_per_epoch
+        if epoch_ended:
             pos.epoch, pos.step_in_epoch = pos.epoch + 1, 0
             if pos.step < total_steps:
                 epoch_iter = batches.epoch(pos.epoch)
 
+        profiler.after(pos.step)
         faults.at_step(pos.step, rank.rank)
         if reporter.train_step(pos.step, step_epoch, loss_sum, grad_norm, lr) and reporter.agreed_step_time:
             stop.set_interval_from_step_time(reporter.agreed_step_time)
+        if epoch_ended:
+            reporter.epoch_loss(pos.step, step_epoch, epoch_loss, batches.steps_per_epoch)
+            epoch_loss.zero_()
         last = pos.step == total_steps
         busy = False
-        if bundle.eval is not None and (last or (spec.eval.every_steps and pos.step % spec.eval.every_steps == 0)):
-            evaluate(net, bundle.eval, rank, spec, task, autocast, events, pos.step, step_epoch)
+        if bundle.eval is not None and (last or _due(pos.step, spec.eval.every_steps)
+                                        or (epoch_ended and _due(pos.epoch, spec.eval.every_epochs))):
+            evaluate(wrapped, bundle.eval, rank, spec, task, autocast, events, pos.step, step_epoch)
             busy = True
         if not last and stop.should_stop(pos.step):
             preempted = True
             break
-        if not last and checkpointer.due(pos.step):
+        if not last and (checkpointer.due(pos.step) or (epoch_ended and _due(pos.epoch, spec.checkpoint.every_epochs))):
+            pos.epoch_loss_sum = reporter.global_mean(epoch_loss)
             checkpointer.save(pos, step_epoch, net, optimizer, scheduler, scaler)
             busy = True
         checkpointer.poll()
@@ -166,9 +198,11 @@ def run(spec: JobSpec, run_dir: Path, rank: RankInfo, data_dir: Path | None) -> 
             reporter.reset_window(pos.step)
 
     stop.close()
+    profiler.close()
     footprint = shard_footprint(net, optimizer, rank)
     step_epoch = pos.epoch if pos.step_in_epoch else max(0, pos.epoch - 1)
     if pos.step > resumed_from or checkpointer.last_saved_step != pos.step:
+        pos.epoch_loss_sum = reporter.global_mean(epoch_loss)
         checkpointer.save(pos, step_epoch, net, optimizer, scheduler, scaler, final=not preempted)
     checkpointer.wait()
     if preempted:
@@ -182,21 +216,27 @@ def run(spec: JobSpec, run_dir: Path, rank: RankInfo, data_dir: Path | None) -> 
 
 
 @torch.no_grad()
-def evaluate(net: nn.Module, dataset, rank: RankInfo, spec: JobSpec, task: str, autocast, events: EventWriter,
+def evaluate(wrapped: Parallelized, dataset, rank: RankInfo, spec: JobSpec, task: str, autocast, events: EventWriter,
              step: int, epoch: int) -> dict[str, float]:
-    """Exact eval over all ranks' shards: sums and counts all-reduced, then divided."""
+    """Exact eval over all data-parallel ranks' shards: sums and counts all-reduced, then divided."""
     started = time.perf_counter()
-    net.eval()
-    batch = spec.train.global_batch_size // rank.world_size
+    net = wrapped.model
+    data_rank = wrapped.data_rank or rank
+    modules = wrapped.pipeline.parts if wrapped.pipeline is not None else [net]
+    for m in modules:
+        m.eval()
+    batch = spec.train.global_batch_size // data_rank.world_size
     sums = torch.zeros(3, device=rank.device, dtype=torch.float64)
-    for x, y, valid in eval_batches(dataset, rank, batch, spec.eval.max_batches):
+    for x, y, valid in eval_batches(dataset, data_rank, batch, spec.eval.max_batches):
         with autocast:
-            out = net(x)
-        sums += tasks.eval_sums(task, out, y, valid).double()
+            out = net(x) if wrapped.data_rank is None else eval_forward(wrapped, x, spec)
+        if out is not None:
+            sums += tasks.eval_sums(task, out, y, valid).double()
     if rank.world_size > 1:
         dist.all_reduce(sums)
-    reshard(net)
-    net.train()
+    for m in modules:
+        reshard(m)
+        m.train()
     metrics = tasks.eval_metrics(task, sums.cpu())
     if metrics:
         metrics["eval/time_s"] = time.perf_counter() - started

@@ -7,8 +7,12 @@ import logging
 import math
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from trainer.sinks import SinkRunner
 
 log = logging.getLogger(__name__)
 
@@ -65,10 +69,15 @@ def _clean(value: Any) -> Any:
 
 
 class EventWriter:
-    """Appends one JSON object per line, flushed per line. A no-op on every rank but global 0."""
+    """Appends one JSON object per line, flushed per line. A no-op on every rank but global 0.
 
-    def __init__(self, run_dir: Path, enabled: bool):
+    ``sinks`` (TensorBoard, MLflow) get every metric and weights file too, queued for their own thread."""
+
+    def __init__(self, run_dir: Path, enabled: bool, sinks: SinkRunner | None = None):
         self.enabled = enabled
+        self.sinks = sinks if enabled else None
+        # Called before every event is written, so a report still in flight (trainer.metrics) is written first.
+        self.before_emit: Callable[[], Any] | None = None
         self._file = None
         self._seq = 0
         if enabled:
@@ -84,10 +93,21 @@ class EventWriter:
     def emit(self, type_: str, **fields: Any) -> None:
         if not self.enabled or self._file is None:
             return
+        if self.before_emit is not None:
+            hook, self.before_emit = self.before_emit, None  # the hook's own event must not call it again
+            try:
+                hook()
+            finally:
+                self.before_emit = hook
         self._seq += 1
         record = {"seq": self._seq, "time": time.time(), "type": type_, **_clean(fields)}
         self._file.write(json.dumps(record, separators=(",", ":")) + "\n")
         self._file.flush()
+        if self.sinks is not None:
+            if type_ == "metric":
+                self.sinks.put(record["step"], record["values"])
+            elif type_ == "checkpoint" and isinstance(fields.get("weights"), str):
+                self.sinks.note_weights(fields["weights"])
 
     def metric(self, step: int, epoch: int, values: dict[str, float]) -> None:
         self.emit("metric", step=step, epoch=epoch, values=values)
@@ -99,6 +119,10 @@ class EventWriter:
         self.emit("checkpoint", step=step, epoch=epoch, path=path, **extra)
 
     def close(self) -> None:
+        if self._file is not None and self.before_emit is not None:
+            self.before_emit()  # a report still in flight is written, not lost, at exit or preemption
         if self._file is not None:
             self._file.close()
             self._file = None
+        if self.sinks is not None:
+            self.sinks.close()  # drains and flushes: the event files are complete when the job ends

@@ -2,7 +2,8 @@
 
 ``TORCHYARD_FAULTS`` holds a JSON list such as
 ``[{"action": "raise", "step": 5, "rank": 1, "restart": 0, "attempt": 1}]``. ``slow`` sleeps
-``seconds`` after every step from ``step`` on, so a test has time to interfere mid-job. ``restart`` matches
+``seconds`` after every step from ``step`` on, so a test has time to interfere mid-job. ``oom`` raises
+``torch.OutOfMemoryError`` with CUDA's message, as a GPU running out of memory does. ``restart`` matches
 torchrun's restart count inside an attempt and ``attempt`` the service's attempt number; leave
 either out (null) to fire on every one. Unset in normal runs, where this costs one dict lookup.
 """
@@ -28,7 +29,7 @@ class InjectedFault(RuntimeError):
 
 @dataclass(frozen=True)
 class Fault:
-    action: Literal["raise", "hang", "exit", "sigkill", "slow"]
+    action: Literal["raise", "oom", "hang", "exit", "sigkill", "slow"]
     step: int
     rank: int = 0
     restart: int | None = 0
@@ -61,6 +62,10 @@ def at_step(step: int, rank: int) -> None:
         log.error("injected fault: %s at step %d on rank %d", fault.action, step, rank)
         if fault.action == "raise":
             raise InjectedFault(f"injected fault at step {step} on rank {rank}")
+        if fault.action == "oom":
+            import torch
+
+            raise torch.OutOfMemoryError(f"CUDA out of memory. Tried to allocate 2.00 GiB (injected at step {step} on rank {rank})")
         if fault.action == "exit":
             os._exit(fault.code)
         if fault.action == "sigkill":

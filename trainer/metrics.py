@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import math
 import time
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from trainer.distributed import RankInfo
 from trainer.events import EventWriter
+from trainer.system_metrics import SystemSampler
 
 
 def memory_bytes(device: torch.device) -> int:
@@ -31,8 +35,32 @@ def peak_flops(device: torch.device) -> float | None:
     return next((v for k, v in _PEAK_FLOPS.items() if k in name), None)
 
 
+@dataclass
+class _Pending:
+    """A report whose all-reduce is in flight: completed (waited, written) at a later step."""
+
+    step: int
+    epoch: int
+    stats: torch.Tensor
+    work: Any  # the async all-reduce's handle; None on one rank
+    elapsed: float
+    steps: int
+    lr: float
+    has_norm: bool
+    wall: float  # when the step ended: the event's time, though it is written a step later
+    width: int  # system metrics per rank in ``stats`` after the three training values
+
+
 class MetricsReporter:
-    """All ranks call ``train_step``; only log steps cost a collective and a host sync."""
+    """All ranks call ``train_step``; only log steps cost a collective, and it overlaps the next step.
+
+    A log step starts the all-reduce of (loss, grad norm, rank 0's step time) without waiting for it; the
+    report is completed (waited for, one host sync, the metric event written) at the next ``train_step``,
+    by which time the reduction has long finished behind that step's compute. Waiting for the gloo round
+    trip inside the step was most of a report's cost (docs/BENCHMARKS.md). Order is kept: the writer
+    completes a pending report before it writes any other event (``EventWriter.before_emit``), so a step's
+    metric event always comes before its checkpoint, eval or status events; the last step completes at once.
+    """
 
     def __init__(self, events: EventWriter, rank: RankInfo, every: int, total_steps: int, global_batch: int,
                  tokens_per_sample: int | None = None, flops_per_sample: float | None = None):
@@ -44,7 +72,10 @@ class MetricsReporter:
         self.tokens_per_sample = tokens_per_sample
         self.flops_per_sample = flops_per_sample
         self.peak = peak_flops(rank.device)
+        self.system = SystemSampler(rank.device)
         self.agreed_step_time: float | None = None  # rank 0's last reported step time, equal on every rank
+        self._pending: _Pending | None = None
+        events.before_emit = self.flush
         self.reset_window(0)
 
     def reset_window(self, step: int) -> None:
@@ -56,33 +87,83 @@ class MetricsReporter:
         return step % self.every == 0 or step == self.total_steps
 
     def train_step(self, step: int, epoch: int, loss: torch.Tensor, grad_norm: torch.Tensor | None, lr: float) -> dict[str, float]:
-        """Report step ``step`` (1-based) with its summed micro-batch loss; a collective on every rank."""
+        """Report step ``step`` (1-based) with its summed micro-batch loss; a collective on every rank.
+
+        Returns the values of the report completed by this call (an earlier log step's, or the last step's), else {}."""
+        done = self.flush()
         if not self.due(step):
-            return {}
+            return done
         elapsed = time.perf_counter() - self._t0
         steps = max(1, step - self._step0)
         norm = grad_norm.detach().float() if grad_norm is not None else torch.zeros((), device=loss.device)
         # Rank 0's step time rides along (others add 0), so every rank gets exactly the same number.
         own_time = torch.tensor(elapsed / steps if self.rank.is_main else 0.0, device=loss.device)
-        stats = torch.stack([loss.detach().float(), norm, own_time.float()])
-        if self.rank.world_size > 1:
-            dist.all_reduce(stats)
-            stats[:2] /= self.rank.world_size  # the grad norm is already global; averaging equal values keeps it
-        loss_v, norm_v, self.agreed_step_time = stats.tolist()  # the one host sync of a log step
-        samples_per_s = steps * self.global_batch / elapsed if elapsed > 0 else 0.0
+        # Each rank's system sample rides in its own slot of the same all-reduce (others add 0): a gather for free.
+        width = len(self.system.names)
+        # float64: byte counts of several GiB lose their low digits in float32.
+        slots = torch.zeros(self.rank.world_size * width, dtype=torch.float64, device=loss.device)
+        mine = self.rank.rank * width
+        slots[mine:mine + width] = torch.tensor(self.system.sample(), dtype=torch.float64, device=loss.device)
+        stats = torch.cat([torch.stack([loss.detach().double(), norm.double(), own_time.double()]), slots])
+        work = dist.all_reduce(stats, async_op=True) if self.rank.world_size > 1 else None
+        self._pending = _Pending(step, epoch, stats, work, elapsed, steps, lr, grad_norm is not None, time.time(), width)
+        self.reset_window(step)
+        if step == self.total_steps:
+            return self.flush()  # nothing left to overlap it with
+        return done
+
+    def flush(self) -> dict[str, float]:
+        """Complete the report in flight, if any: wait for its all-reduce and write its metric event."""
+        p, self._pending = self._pending, None
+        if p is None:
+            return {}
+        if p.work is not None:
+            p.work.wait()
+            p.stats[:2] /= self.rank.world_size  # the grad norm is already global; averaging equal values keeps it
+        loss_v, norm_v, self.agreed_step_time, *sampled = p.stats.tolist()  # the one host sync of a log step
+        samples_per_s = p.steps * self.global_batch / p.elapsed if p.elapsed > 0 else 0.0
         values = {
             "train/loss": loss_v,
-            "train/lr": lr,
+            "train/lr": p.lr,
             "train/samples_per_s": samples_per_s,
-            "train/step_time_s": elapsed / steps,
+            "train/step_time_s": p.elapsed / p.steps,
             "train/mem_bytes": float(memory_bytes(self.rank.device)),
         }
-        if grad_norm is not None:
+        if p.has_norm:
             values["train/grad_norm"] = norm_v
         if self.tokens_per_sample:
             values["train/tokens_per_s"] = samples_per_s * self.tokens_per_sample
         if self.flops_per_sample and self.peak:
             values["train/mfu"] = samples_per_s * self.flops_per_sample / (self.peak * self.rank.world_size)
-        self.events.metric(step, epoch, values)
-        self.reset_window(step)
+        values.update(self._system_values(sampled, p.width))
+        self.events.emit("metric", step=p.step, epoch=p.epoch, values=values, time=p.wall)
+        return values
+
+    def global_mean(self, value: torch.Tensor) -> float:
+        """This rank's value averaged over the ranks; a collective on every rank."""
+        v = value.detach().float().clone()
+        if self.rank.world_size > 1:
+            dist.all_reduce(v)
+            v /= self.rank.world_size
+        return float(v)
+
+    def epoch_loss(self, step: int, epoch: int, loss_sum: torch.Tensor, steps: int) -> float:
+        """Report ``train/epoch_loss``, the mean loss over the epoch's steps; a collective on every rank."""
+        value = self.global_mean(loss_sum) / steps
+        self.events.metric(step, epoch, {"train/epoch_loss": value})
+        return value
+
+    def _system_values(self, sampled: list[float], width: int) -> dict[str, float]:
+        """``sys/NAME``: the mean over ranks (rank 0's own value in a one-rank job); with several ranks also
+        ``sys/rankN/NAME`` per rank. Values a rank could not read (NaN) are left out."""
+        values: dict[str, float] = {}
+        per_rank = [sampled[r * width:(r + 1) * width] for r in range(self.rank.world_size)]
+        for i, name in enumerate(self.system.names):
+            column = [row[i] for row in per_rank if math.isfinite(row[i])]
+            if column:
+                values[name] = sum(column) / len(column)
+            if self.rank.world_size > 1:
+                for r, row in enumerate(per_rank):
+                    if math.isfinite(row[i]):
+                        values[name.replace("sys/", f"sys/rank{r}/", 1)] = row[i]
         return values

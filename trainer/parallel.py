@@ -28,6 +28,11 @@ class Parallelized:
     # FSDP2 casts parameters itself (MixedPrecisionPolicy), so the loop must not also autocast.
     autocast_dtype: torch.dtype | None
     mesh: object | None = None
+    # Model parallelism (trainer/model_parallel/): the rank as data parallelism sees it (its dp coordinate),
+    # the pipeline that runs the stages, and whether this rank counts in eval (the first of its tp group).
+    data_rank: RankInfo | None = None
+    pipeline: object | None = None
+    tp_leader: bool = True
 
 
 def has_batchnorm(model: nn.Module) -> bool:
@@ -138,8 +143,15 @@ def apply_compile(model: nn.Module) -> None:
     _replace_blocks(model, torch.compile)
 
 
-def parallelize(model: nn.Module, rank: RankInfo, spec: JobSpec) -> Parallelized:
-    """Activation checkpointing, then compile, then DDP or FSDP2 (the order torchtitan uses)."""
+def parallelize(model: nn.Module, rank: RankInfo, spec: JobSpec, task: str = "classification") -> Parallelized:
+    """Activation checkpointing, then compile, then DDP or FSDP2 (the order torchtitan uses); or, for a pipeline
+    or tensor-parallel job, the 2-D layout of trainer/model_parallel/."""
+    if spec.parallel.pipeline is not None or spec.parallel.tensor > 1:
+        from trainer.model_parallel.apply import apply_model_parallel
+
+        precision = spec.train.precision
+        parts = apply_model_parallel(model, rank, spec, task)
+        return Parallelized(autocast_dtype=None if precision == "fp32" else _DTYPES[precision], **parts)
     if spec.train.activation_checkpointing:
         apply_activation_checkpointing(model)
     if spec.train.compile:

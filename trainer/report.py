@@ -17,6 +17,7 @@ nothing, so one script serves both. Importing this module does not import torch.
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import numbers
@@ -26,6 +27,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from trainer import sinks
 from trainer.events import EVENTS_FILE, EventWriter
 
 log = logging.getLogger(__name__)
@@ -145,7 +147,8 @@ def _emit(type_: str, **fields: Any) -> None:
         if _writer is None or _writer_dir != base:
             # Opened on first use, not at import: the seq continues from what earlier attempts wrote.
             base.mkdir(parents=True, exist_ok=True)
-            _writer, _writer_dir = EventWriter(base, enabled=True), base
+            _writer, _writer_dir = EventWriter(base, enabled=True, sinks=sinks.build(base)), base
+            atexit.register(close)  # flushes the TensorBoard/MLflow sinks at the script's end
             log.debug("reporting to %s", base / EVENTS_FILE)
         if "epoch" not in fields:
             fields["epoch"] = None

@@ -84,16 +84,40 @@ class FSDPOptions(_Strict):
     hsdp: bool = Field(True, description="With nnodes > 1: replicate across nodes, shard within a node (2-D mesh).")
 
 
+class PipelineSpec(_Strict):
+    stages: int = Field(2, ge=2, le=64, description="Ranks in one pipeline (pp); the blocks are split evenly between them.")
+    microbatches: int = Field(4, ge=1, le=1024, description="Micro-batches each data-parallel rank's batch is cut into; "
+                                                            "at least stages.")
+    schedule: Literal["gpipe", "1f1b", "interleaved_1f1b"] = Field(
+        "1f1b", description="gpipe: all forwards then all backwards; 1f1b: one forward one backward (less activation "
+                            "memory); interleaved_1f1b: two model chunks per rank (a smaller bubble).",
+    )
+
+
 class ParallelSpec(_Strict):
     strategy: Literal["ddp", "fsdp"] = Field("ddp", description="Data parallelism: DDP or FSDP2 (fully_shard).")
     nnodes: int = Field(1, ge=1, le=64, description="Workers (hosts or containers) the job spans.")
-    nproc_per_node: int = Field(1, ge=1, le=64, description="Processes (ranks) per node; one per GPU on GPU hosts.")
+    nproc_per_node: Annotated[int, Field(ge=1, le=64)] | Literal["gpu"] = Field(
+        1, description="Processes (ranks) per node; one per GPU on GPU hosts. 'gpu': one per GPU of the worker that runs it; "
+                       "a number larger than that worker's GPUs fails the claim.",
+    )
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: CUDA with NCCL when there is a GPU, else CPU with gloo.")
     ddp: DDPOptions = Field(default_factory=DDPOptions)
     fsdp: FSDPOptions = Field(default_factory=FSDPOptions)
+    pipeline: PipelineSpec | None = Field(None, description="Pipeline parallelism for gpt and mlp (torch.distributed.pipelining); "
+                                                            "strategy applies over the remaining ranks (a dp x pp mesh).")
+    tensor: int = Field(1, ge=1, le=64, description="Tensor-parallel ranks for gpt: attention heads and MLP split between "
+                                                    "them; FSDP over the remaining ranks (a dp x tp mesh).")
+
+    @property
+    def ranks_known(self) -> bool:
+        """False for nproc_per_node 'gpu' until a worker has placed the job (worker/devices.py)."""
+        return self.nproc_per_node != "gpu"
 
     @property
     def world_size(self) -> int:
+        if self.nproc_per_node == "gpu":
+            raise ValueError("parallel.nproc_per_node is 'gpu': the world size is known once a worker places the job")
         return self.nnodes * self.nproc_per_node
 
 
@@ -118,17 +142,24 @@ class TrainSpec(_Strict):
     grad_clip: float | None = Field(1.0, gt=0.0, le=1e6, description="Max global gradient norm; null disables clipping.")
     activation_checkpointing: bool = Field(False, description="Recompute block activations in backward.")
     compile: bool = Field(False, description="torch.compile the model.")
-    seed: int = Field(0, ge=0, le=2**31 - 1)
+    auto_micro_batch: bool = Field(
+        False, description="An attempt that runs out of memory is retried with half the micro-batch and twice grad_accum_steps "
+                           "(same global batch, same loss curve); the job's adjustments say so.",
+    )
+    seed: int = Field(0, ge=0, le=2**31 - 1, description="Seed of the model's initialisation, the shuffling order and dropout "
+                                                          "(per rank); synthetic data has its own data.args.seed.")
     log_every_steps: int = Field(10, ge=1, le=1_000_000, description="Steps between train/* metric events.")
 
 
 class EvalSpec(_Strict):
     every_steps: int | None = Field(None, ge=1, le=100_000_000, description="Evaluate every N steps; always at the end.")
+    every_epochs: int | None = Field(None, ge=1, le=100_000, description="Evaluate after every N-th epoch (with or without every_steps).")
     max_batches: int | None = Field(None, ge=1, le=1_000_000, description="Cap on eval batches per evaluation.")
 
 
 class CheckpointSpec(_Strict):
     every_steps: int | None = Field(None, ge=1, le=100_000_000, description="Save every N steps; always at the end.")
+    every_epochs: int | None = Field(None, ge=1, le=100_000, description="Save after every N-th epoch (with or without every_steps).")
     keep_last: int = Field(3, ge=1, le=1000, description="Step checkpoints kept; older ones are deleted.")
     async_save: bool = Field(False, description="Save in the background so training is not blocked.")
 
@@ -143,6 +174,23 @@ CATALOG_ARGS_MAX = 16_384  # characters of model.args or data.args as JSON
 
 EnvValue = Annotated[str, StringConstraints(max_length=ENV_VALUE_MAX)]
 SecretValue = Annotated[SecretStr, Field(max_length=SECRET_VALUE_MAX)]
+
+
+class MlflowTracking(_Strict):
+    experiment: str = Field("torchyard", min_length=1, max_length=256, pattern=r"^[^\x00-\x1f]+$",
+                            description="MLflow experiment the job's run goes in; created when missing.")
+
+
+class TrackingSpec(_Strict):
+    mlflow: MlflowTracking | None = Field(
+        None, description="Log params, metrics and the final weights to MLflow. Needs the operator's "
+                          "TORCHYARD_MLFLOW_TRACKING_URI; with it set, every job is logged to the default experiment anyway.")
+
+
+class ProfileSpec(_Strict):
+    start_step: int = Field(..., ge=1, le=100_000_000, description="First optimizer step recorded (1-based).")
+    steps: int = Field(3, ge=1, le=100, description="Steps recorded from start_step.")
+    memory: bool = Field(False, description="Also record tensor allocations (profile_memory) and shapes.")
 
 
 class JobBase(_Strict):
@@ -166,6 +214,8 @@ class JobBase(_Strict):
         description="Credentials for every rank's environment (e.g. WANDB_API_KEY, HF_TOKEN), under the same name rules as env. "
                     "Stored encrypted, never returned: responses list their names only.",
     )
+    tracking: TrackingSpec = Field(default_factory=TrackingSpec,
+                                   description="Where rank 0's metrics go besides torchyard (TensorBoard is always written).")
 
     def secret_values(self) -> dict[str, str]:
         """The secrets in clear, for the one place that stores them (encrypted)."""
@@ -185,6 +235,8 @@ class JobSpec(JobBase):
     train: TrainSpec = Field(default_factory=TrainSpec)
     eval: EvalSpec = Field(default_factory=EvalSpec)
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
+    profile: ProfileSpec | None = Field(None, description="torch.profiler trace of some steps on every rank, into "
+                                                          "artifacts/profiler/rank{N}.json.gz.")
 
 
 # ---------------------------------------------------------------- script jobs
@@ -340,13 +392,14 @@ def spec_problems(spec: JobSpec | ScriptJobSpec, limits: SpecLimits | None = Non
             problems.append(SpecProblem((section, "args"), f"{size} characters as JSON; at most {CATALOG_ARGS_MAX}"))
 
     p, t = spec.parallel, spec.train
-    per_step = p.world_size * t.grad_accum_steps
-    if t.global_batch_size % per_step:
+    per_step = p.world_size * t.grad_accum_steps if p.ranks_known else 0
+    if per_step and t.global_batch_size % per_step:
         problems.append(SpecProblem(
             ("train", "global_batch_size"),
             f"{t.global_batch_size} is not divisible by ranks x grad_accum_steps = "
             f"{p.world_size} x {t.grad_accum_steps} = {per_step}",
         ))
+    problems += model_parallel_problems(spec)
     if not all(0.0 <= b < 1.0 for b in t.betas):
         problems.append(SpecProblem(("train", "betas"), "each beta must be in [0, 1)"))
     if t.precision == "fp16" and p.device == "cpu":
@@ -366,11 +419,79 @@ def spec_problems(spec: JobSpec | ScriptJobSpec, limits: SpecLimits | None = Non
     return problems
 
 
+def _model_arg(spec: JobSpec, name: str) -> Any:
+    defaults = {"gpt": catalog.GPTArgs, "mlp": catalog.MLPArgs}[spec.model.name]
+    return spec.model.args.get(name, defaults.model_fields[name].default)
+
+
+def model_parallel_problems(spec: JobSpec) -> list[SpecProblem]:
+    """Meshes that cannot be built: pipeline stages that do not divide the blocks or the ranks, heads not divisible
+    by the tensor-parallel ranks, a batch that does not split into the micro-batches."""
+    p, t = spec.parallel, spec.train
+    problems: list[SpecProblem] = []
+    pp = p.pipeline
+    if pp is not None and p.tensor > 1:
+        problems.append(SpecProblem(("parallel", "tensor"), "pipeline and tensor parallelism together are not supported; use one"))
+        return problems
+    if pp is not None or p.tensor > 1:
+        # Not wired into the stage/shard builders yet: refused rather than silently ignored.
+        for name, value in (("precision", t.precision == "fp16"), ("compile", t.compile),
+                            ("activation_checkpointing", t.activation_checkpointing)):
+            if value:
+                problems.append(SpecProblem(("train", name), f"{'fp16' if name == 'precision' else 'true'} is not supported "
+                                                             "with pipeline or tensor parallelism"))
+    if pp is not None:
+        if spec.model.name not in ("gpt", "mlp"):
+            return [SpecProblem(("parallel", "pipeline"), f"pipeline parallelism supports gpt and mlp, not {spec.model.name!r}")]
+        layers_field = "n_layer" if spec.model.name == "gpt" else "layers"
+        layers = _model_arg(spec, layers_field)
+        chunks = pp.stages * (2 if pp.schedule == "interleaved_1f1b" else 1)
+        if isinstance(layers, int) and layers % chunks:
+            problems.append(SpecProblem(("parallel", "pipeline", "stages"),
+                                        f"{chunks} pipeline chunks ({pp.stages} stages"
+                                        f"{' x 2 for interleaved_1f1b' if chunks != pp.stages else ''}) do not divide "
+                                        f"model.args.{layers_field} = {layers}"))
+        if spec.model.name == "gpt" and _model_arg(spec, "tie_embeddings"):
+            problems.append(SpecProblem(("model", "args", "tie_embeddings"),
+                                        "must be false with a pipeline: the embedding and the head live on different stages"))
+        if t.grad_accum_steps != 1:
+            problems.append(SpecProblem(("train", "grad_accum_steps"),
+                                        "must be 1 with a pipeline: its micro-batches (parallel.pipeline.microbatches) accumulate"))
+        if pp.microbatches < pp.stages:
+            problems.append(SpecProblem(("parallel", "pipeline", "microbatches"),
+                                        f"{pp.microbatches} is fewer than the {pp.stages} stages"))
+        elif pp.schedule == "interleaved_1f1b" and pp.microbatches % pp.stages:
+            problems.append(SpecProblem(("parallel", "pipeline", "microbatches"),
+                                        f"{pp.microbatches} is not a multiple of the {pp.stages} stages (interleaved_1f1b)"))
+        if p.ranks_known:
+            if p.world_size % pp.stages:
+                problems.append(SpecProblem(("parallel", "pipeline", "stages"),
+                                            f"{pp.stages} stages do not divide the world size {p.world_size}"))
+            else:
+                dp = p.world_size // pp.stages
+                if t.global_batch_size % (dp * pp.microbatches):
+                    problems.append(SpecProblem(("parallel", "pipeline", "microbatches"),
+                                                f"global_batch_size {t.global_batch_size} is not divisible by data-parallel ranks "
+                                                f"x microbatches = {dp} x {pp.microbatches}"))
+    if p.tensor > 1:
+        if spec.model.name != "gpt":
+            return problems + [SpecProblem(("parallel", "tensor"), f"tensor parallelism supports gpt, not {spec.model.name!r}")]
+        heads = _model_arg(spec, "n_head")
+        if isinstance(heads, int) and heads % p.tensor:
+            problems.append(SpecProblem(("parallel", "tensor"), f"model.args.n_head = {heads} is not divisible by {p.tensor} ranks"))
+        if p.ranks_known and p.world_size % p.tensor:
+            problems.append(SpecProblem(("parallel", "tensor"), f"{p.tensor} does not divide the world size {p.world_size}"))
+        elif p.ranks_known and p.world_size > p.tensor and p.strategy != "fsdp":
+            problems.append(SpecProblem(("parallel", "strategy"),
+                                        "tensor parallelism composes with fsdp over the remaining ranks; set strategy: fsdp"))
+    return problems
+
+
 def _common_problems(spec: JobBase, limits: SpecLimits) -> list[SpecProblem]:
     """Checks every kind of job gets: process counts within the host's limits, queue, labels, env and secrets."""
     problems: list[SpecProblem] = []
     p = spec.parallel
-    if p.nproc_per_node > limits.max_nproc_per_node:
+    if p.ranks_known and p.nproc_per_node > limits.max_nproc_per_node:
         problems.append(SpecProblem(
             ("parallel", "nproc_per_node"),
             f"{p.nproc_per_node} processes per node; this service allows at most {limits.max_nproc_per_node}",

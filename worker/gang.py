@@ -42,7 +42,7 @@ from jobs.models import Job, Status
 from jobs.settings import Settings, get_settings
 from trainer.exit_codes import PREEMPTED_EXIT_CODE
 from trainer.spec import SpecError, spec_from_dict
-from worker import processes
+from worker import devices, processes
 from worker.launch import NodeLaunch, rank_secrets, torchrun_command, torchrun_env
 
 log = logging.getLogger(__name__)
@@ -342,7 +342,11 @@ class Follower:
         job = self._job()
         if job is None or job.attempt != self.attempt or job.status != Status.RUNNING.value:
             return None
-        spec = spec_from_dict(job.spec)
+        try:
+            spec = spec_from_dict(devices.place(job.spec, devices.gpu_count(self.settings), f"node {self.rank}"))
+        except devices.PlacementError as exc:
+            log.error("job %s node %d: %s", job.id, self.rank, exc, extra=self.extra)
+            return None  # node 0's rendezvous times out without this node and fails the attempt
         run_dir = Path(job.run_dir or "")
         node = node_launch(self.settings, job.id, job.attempt, spec.parallel.nnodes, self.rank, endpoint)
         try:

@@ -25,6 +25,7 @@ from jobs import bundles
 from jobs import secrets as job_secrets
 from jobs.settings import Settings
 from trainer.env_rules import env_name_problem, name_problem
+from trainer.sinks.factory import MLFLOW_URI_ENV
 from trainer.spec import JobSpec, ScriptJobSpec, SpecError, SpecProblem, resolve_entrypoint
 from worker import venvs
 from worker.processes import JOB_MARK, NODE_MARK
@@ -157,6 +158,9 @@ def torchrun_env(job_id: str, attempt: int, run_dir: Path, settings: Settings,
         "PYTHONUNBUFFERED": "1",
         "PYTHONSAFEPATH": "1",
     })
+    if settings.mlflow_tracking_uri:
+        # An operator setting, so a job cannot point its metrics (or the worker's network reach) elsewhere.
+        env[MLFLOW_URI_ENV] = settings.mlflow_tracking_uri
     if node is not None:
         env[NODE_MARK] = str(node.node_rank)
     return env

@@ -43,7 +43,7 @@ from jobs.settings import Settings, get_settings
 from jobs.states import TransitionRefused, transition
 from trainer.pdeathsig import set_not_dumpable
 from trainer.spec import AnySpec, SpecError, spec_from_dict
-from worker import job_code, outcome
+from worker import devices, job_code, oom, outcome
 from worker.executors import make_executor
 from worker.executors.base import Launch, LaunchError, LaunchRequest, Phase, RankState, engine_verdict
 from worker.gang import Leader, advertised_host, free_port, node_launch
@@ -307,16 +307,24 @@ class Supervisor:
 
     def _prepare(self, job: Job, spec: AnySpec, run_dir: Path) -> None:
         run_dir.mkdir(parents=True, exist_ok=True)
-        _write_atomic(run_dir / SPEC_FILE, json.dumps(job.spec, indent=2))
+        # As placed on this worker: nproc_per_node 'gpu' is a number here.
+        _write_atomic(run_dir / SPEC_FILE, json.dumps(spec.visible_dump(), indent=2))
         (run_dir / ERROR_FILE).unlink(missing_ok=True)
         # Catalog checkpoints are adopted into the run directory; a script finds its own via report.resume_path().
         if spec.kind == "catalog" and job.resume_from and not (run_dir / "checkpoints" / "latest").exists():
             _adopt_checkpoint(Path(job.resume_from), run_dir / "checkpoints")
 
     def _run_attempt(self, job: Job) -> str:
-        spec = spec_from_dict(job.spec)
         run_dir = Path(job.run_dir or "")
         self.tail = EventTail(run_dir / "events.jsonl")
+        try:
+            spec = spec_from_dict(devices.place(job.spec, devices.gpu_count(self.settings), self.worker_id,
+                                                self.settings.spec_limits()))
+        except devices.PlacementError as exc:
+            if self.gang is not None:
+                self.gang.abort()
+            # Another attempt on this worker would fail the same way.
+            return self._fail_or_retry(job, outcome.Failure(ErrorType.SPEC, str(exc), None, None), retry=False)
         try:
             self._prepare(job, spec, run_dir)
             # the uploaded bundle and the requirements environment (worker/job_code.py)
@@ -713,10 +721,10 @@ class Supervisor:
         return to.value
 
     def _requeue(self, job: Job, *, reason: str, outcome_name: str, consume_retry: bool,
-                 exit_code: int | None, error: outcome.Failure | None = None) -> str:
+                 exit_code: int | None, error: outcome.Failure | None = None, extra: dict[str, object] | None = None) -> str:
         self._record_attempt(job, outcome_name, exit_code, error.type.value if error else ErrorType.PREEMPTED.value)
         values: dict[str, object] = {
-            "attempt": Job.attempt + 1, "worker_id": None, "lease_expires_at": None, "exit_code": exit_code,
+            "attempt": Job.attempt + 1, "worker_id": None, "lease_expires_at": None, "exit_code": exit_code, **(extra or {}),
         }
         if not consume_retry:
             values["max_attempts"] = Job.max_attempts + 1
@@ -731,6 +739,19 @@ class Supervisor:
         return "requeued"
 
     def _fail_or_retry(self, job: Job, error: outcome.Failure, retry: bool = True) -> str:
+        if retry and error.type == ErrorType.OOM:
+            spec = spec_from_dict(job.spec)
+            ranks = spec.parallel.world_size if spec.parallel.ranks_known else spec.parallel.nnodes * devices.gpu_count(self.settings)
+            halved = oom.halved_micro_batch(job.spec, job.attempt, ranks)
+            if halved is not None:
+                # The remedy is the change itself, so it spends no retry; halvings are bounded by the micro-batch.
+                adjusted, change = halved
+                return self._requeue(
+                    job, reason=f"attempt {job.attempt} ran out of memory; retrying with micro-batch "
+                                f"{change['micro_batch']['to']} x grad_accum_steps {change['to']}",
+                    outcome_name="failed", consume_retry=False, exit_code=error.exit_code, error=error,
+                    extra={"spec": adjusted, "adjustments": [*job.adjustments, change]},
+                )
         if retry and job.attempt < job.max_attempts:
             return self._requeue(job, reason=f"attempt {job.attempt} failed ({error.type.value}); retrying",
                                  outcome_name="failed", consume_retry=True, exit_code=error.exit_code, error=error)

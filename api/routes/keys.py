@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, HTTPException, Path, Response
+from fastapi import APIRouter, HTTPException, Path, Request, Response
 
-from api.auth import ADMIN_OWNER, AdminDep
+from api.auth import ADMIN_OWNER, AdminDep, key_cache
 from api.deps import SessionDep, SettingsDep
 from api.schemas import KeyCreate, KeyCreated, KeyList, KeyOut
 from jobs import keys
@@ -33,7 +33,10 @@ def list_keys(_: AdminDep, session: SessionDep) -> KeyList:
     return KeyList(items=[KeyOut.of(k) for k in keys.list_keys(session)])
 
 
-@router.delete("/{key_id}", status_code=204, response_class=Response, summary="Revoke an API key at once (admin)")
-def revoke_key(key_id: Annotated[str, Path(min_length=1, max_length=32)], _: AdminDep, session: SessionDep) -> Response:
+@router.delete("/{key_id}", status_code=204, response_class=Response,
+               summary="Revoke an API key (admin); other API processes within TORCHYARD_KEY_CACHE_S")
+def revoke_key(key_id: Annotated[str, Path(min_length=1, max_length=32)], _: AdminDep, session: SessionDep,
+               request: Request) -> Response:
     keys.revoke_key(session, key_id)
+    key_cache(request).forget(key_id)  # at once here; other API processes within TORCHYARD_KEY_CACHE_S
     return Response(status_code=204)

@@ -96,6 +96,14 @@ function fmtNum(v) {
   return a < 10 ? v.toFixed(4) : v.toLocaleString(undefined, { maximumFractionDigits: 1 });
 }
 
+function fmtBytes(v) {
+  if (v === undefined || v === null || !Number.isFinite(v)) return "–";
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  while (Math.abs(v) >= 1024 && i < units.length - 1) { v /= 1024; i += 1; }
+  return `${v.toFixed(i ? 1 : 0)} ${units[i]}`;
+}
+
 function fmtDuration(s) {
   if (s === null || s === undefined || !Number.isFinite(s)) return "–";
   s = Math.max(0, Math.round(s));
@@ -157,7 +165,7 @@ const sleep = (ms, signal) =>
 // ------------------------------------------------------------------------------------------- routing
 
 function show(view) {
-  for (const id of ["login-view", "jobs-view", "job-view"]) $(id).hidden = id !== view;
+  for (const id of ["login-view", "jobs-view", "job-view", "compare-view"]) $(id).hidden = id !== view;
   $("signout").hidden = view === "login-view";
 }
 
@@ -183,7 +191,9 @@ function route() {
     return;
   }
   const m = location.hash.match(/^#\/jobs\/([A-Za-z0-9_-]+)/);
+  const c = location.hash.match(/^#\/compare\/([A-Za-z0-9_,-]+)/);
   if (m) openJob(m[1], generation, viewAbort.signal);
+  else if (c) openCompare(c[1].split(",").filter(Boolean), generation, viewAbort.signal);
   else openJobs(generation, viewAbort.signal);
 }
 
@@ -213,6 +223,7 @@ async function refreshJobs(signal) {
     return el(
       "tr",
       { dataset: { jobId: job.id, status: job.status }, tabindex: "0", onclick: open, onkeydown: (e) => e.key === "Enter" && open() },
+      el("td", { class: "pick", onclick: (e) => e.stopPropagation() }, pickBox(job.id)),
       el("td", { class: "name" }, el("a", { href: `#/jobs/${job.id}` }, job.name)),
       el("td", { class: "mono" }, job.id),
       el("td", {}, badge(job.status)),
@@ -228,15 +239,41 @@ async function refreshJobs(signal) {
   $("jobs-empty").hidden = rows.length > 0;
 }
 
+// Jobs ticked for comparison; kept across the table's refreshes.
+const picked = new Set();
+
+function pickBox(id) {
+  const box = el("input", { type: "checkbox", "aria-label": `compare job ${id}`, dataset: { pick: id } });
+  box.checked = picked.has(id);
+  box.addEventListener("change", () => {
+    if (box.checked) picked.add(id);
+    else picked.delete(id);
+    updateCompareButton();
+  });
+  return box;
+}
+
+function updateCompareButton() {
+  const btn = $("compare-btn");
+  btn.disabled = picked.size < 2;
+  btn.textContent = picked.size ? `Compare (${picked.size})` : "Compare";
+}
+
+$("compare-btn").addEventListener("click", () => {
+  if (picked.size >= 2) location.hash = `#/compare/${[...picked].join(",")}`;
+});
+
 // ------------------------------------------------------------------------------------------- charts
 
 const COLORS = ["#2563eb", "#f97316", "#16a34a", "#9333ea"];
 // A metric keeps its colour whichever other series are present (the test looks for train/loss's blue).
-const CHART_COLOR = { "train/loss": 0, "eval/loss": 1, "eval/accuracy": 2, "train/samples_per_s": 3, "train/tokens_per_s": 3 };
+const CHART_COLOR = { "train/loss": 0, "eval/loss": 1, "eval/accuracy": 2, "train/samples_per_s": 3, "train/tokens_per_s": 3,
+  "sys/cpu_percent": 0, "sys/gpu_util": 1 };
 const CHARTS = {
   loss: { el: "chart-loss", series: [["train/loss", "train"], ["eval/loss", "eval"]] },
   eval: { el: "chart-eval", series: [["eval/accuracy", "accuracy"]] },
   throughput: { el: "chart-throughput", series: [["train/samples_per_s", "samples/s"], ["train/tokens_per_s", "tokens/s"]] },
+  system: { el: "chart-system", series: [["sys/cpu_percent", "cpu %"], ["sys/gpu_util", "gpu %"]] },
 };
 let charts = {}; // key -> {plot, sig}: a chart is built for the series that have data, rebuilt when one appears
 let points = new Map(); // metric name -> Map(step -> value)
@@ -245,6 +282,8 @@ let redrawPending = false;
 function destroyCharts() {
   for (const c of Object.values(charts)) c.plot.destroy();
   charts = {};
+  for (const p of compareCharts) p.destroy();
+  compareCharts = [];
   points = new Map();
   for (const def of Object.values(CHARTS)) {
     const node = $(def.el);
@@ -420,6 +459,8 @@ function renderProgress() {
     ["Eval loss", fmtNum(latestValue("eval/loss"))],
     ["Eval accuracy", fmtNum(latestValue("eval/accuracy"))],
     ["Throughput", throughput({ "train/samples_per_s": latestValue("train/samples_per_s"), "train/tokens_per_s": latestValue("train/tokens_per_s") })],
+    ["Memory (RSS)", fmtBytes(latestValue("sys/rss_bytes"))],
+    ["GPU memory", latestValue("sys/gpu_mem_total") ? `${fmtBytes(latestValue("sys/gpu_mem_used"))} / ${fmtBytes(latestValue("sys/gpu_mem_total"))}` : "–"],
     ["ETA", ACTIVE.has(job.status) ? fmtDuration(eta) : "–"],
     ["Ran", ran(job)],
   ];
@@ -630,6 +671,109 @@ async function pollEvents(id, gen, signal) {
 }
 
 // ------------------------------------------------------------------------------------------- actions
+
+// ------------------------------------------------------------------------------------------- compare runs
+
+const COMPARE_COLORS = ["#2563eb", "#f97316", "#16a34a", "#9333ea", "#dc2626", "#0891b2", "#ca8a04", "#db2777"];
+const COMPARE = {
+  loss: { el: "compare-loss", metrics: ["train/loss"] },
+  eval: { el: "compare-eval", metrics: ["eval/accuracy", "eval/loss"] }, // the first one the jobs have
+  throughput: { el: "compare-throughput", metrics: ["train/samples_per_s", "train/tokens_per_s"] },
+};
+const COMPARE_METRICS = [...new Set(Object.values(COMPARE).flatMap((c) => c.metrics))];
+let compareCharts = [];
+
+// Every leaf of a spec as "a.b.c" -> JSON text, so nested fields compare one by one.
+function flatSpec(value, prefix = "", out = {}) {
+  if (value && typeof value === "object" && !Array.isArray(value) && Object.keys(value).length) {
+    for (const [k, v] of Object.entries(value)) flatSpec(v, prefix ? `${prefix}.${k}` : k, out);
+  } else if (prefix) {
+    out[prefix] = JSON.stringify(value);
+  }
+  return out;
+}
+
+// The fields whose values are not the same in every job (name left out: the legend shows it anyway).
+function differingFields(specs) {
+  const flat = specs.map((s) => flatSpec(s));
+  const keys = new Set(flat.flatMap((f) => Object.keys(f)));
+  return [...keys].filter((k) => k !== "name" && new Set(flat.map((f) => f[k] ?? "unset")).size > 1).sort();
+}
+
+async function jobMetrics(id, signal) {
+  const series = new Map(COMPARE_METRICS.map((n) => [n, new Map()]));
+  let cursor = null;
+  do {
+    const q = new URLSearchParams({ limit: "10000" });
+    for (const n of COMPARE_METRICS) q.append("name", n);
+    if (cursor) q.set("cursor", cursor);
+    const page = await api(`/v1/jobs/${id}/metrics?${q}`, { signal });
+    for (const p of page.items) series.get(p.name)?.set(p.step, p.value);
+    cursor = page.next_cursor;
+  } while (cursor);
+  return series;
+}
+
+async function openCompare(ids, gen, signal) {
+  show("compare-view");
+  document.title = "Compare · torchyard";
+  $("compare-legend").replaceChildren();
+  let runs;
+  try {
+    runs = await Promise.all(ids.map(async (id) => ({ job: await api(`/v1/jobs/${id}`, { signal }), series: await jobMetrics(id, signal) })));
+  } catch (err) {
+    if (err.name === "AbortError" || err.status === 401) return;
+    toast(err.status === 404 ? "One of these jobs was not found." : `Could not load jobs: ${err.detail}`, "error");
+    return;
+  }
+  if (gen !== generation) return;
+  const fields = differingFields(runs.map((r) => r.job.spec));
+  $("compare-legend").replaceChildren(...runs.map((r, i) => {
+    const flat = flatSpec(r.job.spec);
+    const diff = fields.map((f) => `${f}=${flat[f] ?? "unset"}`).join(", ");
+    const swatch = el("span", { class: "swatch" });
+    swatch.style.background = COMPARE_COLORS[i % COMPARE_COLORS.length];
+    return el("li", { dataset: { jobId: r.job.id } }, swatch, el("a", { href: `#/jobs/${r.job.id}` }, r.job.name),
+      el("span", { class: "mono" }, r.job.id), badge(r.job.status), el("span", { class: "diff" }, diff || "same spec"));
+  }));
+  for (const def of Object.values(COMPARE)) drawCompare(def, runs);
+}
+
+function drawCompare(def, runs) {
+  const node = $(def.el);
+  const metric = def.metrics.find((m) => runs.some((r) => r.series.get(m).size)) ?? def.metrics[0];
+  const withData = runs.map((r, i) => ({ r, i })).filter(({ r }) => r.series.get(metric).size);
+  node.dataset.series = String(withData.length);
+  node.dataset.metric = metric;
+  if (!withData.length || typeof uPlot === "undefined") {
+    node.replaceChildren(el("div", { class: "chart-empty" }, `no ${metric} yet`));
+    node.dataset.points = "0";
+    return;
+  }
+  const steps = new Set();
+  for (const { r } of withData) for (const s of r.series.get(metric).keys()) steps.add(s);
+  const xs = [...steps].sort((a, b) => a - b);
+  let count = 0;
+  const ys = withData.map(({ r }) => xs.map((s) => {
+    const v = r.series.get(metric).get(s);
+    if (v === undefined) return null;
+    count += 1;
+    return v;
+  }));
+  node.replaceChildren();
+  const plot = new uPlot({
+    width: Math.max(node.clientWidth, 280), height: 240,
+    scales: { x: { time: false } },
+    legend: { show: true },
+    axes: [{ label: "step", labelSize: 20 }, { size: 60, label: metric, labelSize: 20 }],
+    series: [{ label: "step" }, ...withData.map(({ r, i }) => ({
+      label: `${r.job.name} ${r.job.id.slice(-6)}`, stroke: COMPARE_COLORS[i % COMPARE_COLORS.length], width: 2, spanGaps: true,
+      ...(metric.startsWith("eval/") ? { points: { show: true, size: 5 } } : {}), value: (u, v) => fmtNum(v),
+    }))],
+  }, [xs, ...ys], node);
+  compareCharts.push(plot);
+  node.dataset.points = String(count);
+}
 
 $("cancel-btn").addEventListener("click", async () => {
   const job = current?.job;

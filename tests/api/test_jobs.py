@@ -43,6 +43,14 @@ def test_submit_queues_job_in_sql_and_redis(client: TestClient, settings: Settin
         ({"name": "no spaces allowed"}, "name"),
         ({"model": {"name": "gpt"}}, "model.name"),
         ({"timeout_s": 0}, "timeout_s"),
+        # Model parallelism: 3 stages do not divide 2 layers (nor 2 ranks); 3 heads over 2 tensor ranks; 4 ranks over 2.
+        ({"parallel": {"nproc_per_node": 2, "pipeline": {"stages": 3, "microbatches": 3}}}, "parallel.pipeline.stages"),
+        ({"model": {"name": "gpt", "args": {"n_head": 3, "n_embd": 48}}, "data": {"name": "synthetic-lm"},
+          "parallel": {"nproc_per_node": 2, "tensor": 2}}, "parallel.tensor"),
+        ({"model": {"name": "gpt", "args": {"n_head": 4}}, "data": {"name": "synthetic-lm"},
+          "parallel": {"nproc_per_node": 3, "tensor": 2, "strategy": "fsdp"}}, "parallel.tensor"),
+        ({"model": {"name": "gpt", "args": {"n_layer": 2}}, "data": {"name": "synthetic-lm"},
+          "parallel": {"nproc_per_node": 2, "pipeline": {"stages": 2}}}, "model.args.tie_embeddings"),
     ],
 )
 def test_bad_spec_is_422_naming_the_field_and_creates_nothing(client: TestClient, settings: Settings, change: dict, field: str) -> None:

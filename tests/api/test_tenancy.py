@@ -12,7 +12,7 @@ from tests.api.conftest import finish_job, key_headers, mlp_spec, start_job
 JOB_ROUTES = [
     ("GET", ""), ("POST", "/cancel"), ("POST", "/retry"), ("GET", "/metrics"), ("GET", "/checkpoints"),
     ("GET", "/logs"), ("GET", "/logs?rank=0&follow=true"), ("GET", "/events"), ("GET", "/weights"),
-    ("GET", "/checkpoints/10/weights"),
+    ("GET", "/checkpoints/10/weights"), ("GET", "/artifacts"), ("GET", "/artifacts/tensorboard/x"),
 ]
 
 

@@ -195,14 +195,18 @@ def test_slurm_script(tmp_path: Path) -> None:
     assert subprocess.run(["bash", "-n", str(tmp_path / "slurm.out")]).returncode == 0
     assert script.startswith("#!/bin/bash\n")
     directives = re.findall(r"^#SBATCH (\S+)$", script, re.M)
-    assert {"--nodes=2", "--ntasks-per-node=1", "--gpus-per-node=2", "--time=0-00:10:00", "--job-name=tiny-mlp-v1"} <= set(directives)
+    # One task per node runs that node's torchrun: it needs CPUs for all of its ranks (2 x 4 by default).
+    assert {"--nodes=2", "--ntasks-per-node=1", "--gpus-per-node=2", "--cpus-per-task=8", "--time=0-00:10:00",
+            "--job-name=tiny-mlp-v1"} <= set(directives)
     assert parse_spec(_heredoc_spec(script)) == parse_spec(_with(nnodes=2))
     assert "--container-image=nvcr.io/acme/torchyard-worker:0.1.0" in script
     assert "--rdzv-backend=c10d" in script and "--standalone" not in script
 
 
 def test_slurm_apptainer_and_host_python(tmp_path: Path) -> None:
-    apptainer = _generate(tmp_path, "slurm", _with(device="cpu"), "--container", "apptainer", "--image", "/images/worker.sif")
+    apptainer = _generate(tmp_path, "slurm", _with(device="cpu"), "--container", "apptainer", "--image", "/images/worker.sif",
+                          "--cpus-per-rank", "3")
+    assert "#SBATCH --cpus-per-task=6\n" in apptainer
     assert "apptainer exec --bind=" in apptainer and "--nv" not in apptainer and "--gpus-per-node" not in apptainer
     host = _generate(tmp_path, "slurm", SPEC, "--container", "none", "--runs-dir", "/shared/torch yard/runs")
     assert "RUNS_DIR='/shared/torch yard/runs'" in host

@@ -45,6 +45,15 @@ def test_docker_requirements_equal_pyproject_without_torch() -> None:
     )
 
 
+def test_worker_requirements_equal_the_worker_extra() -> None:
+    with (ROOT / "pyproject.toml").open("rb") as f:
+        extra = tomllib.load(f)["project"]["optional-dependencies"]["worker"]
+    lines = (ROOT / "docker" / "worker-requirements.txt").read_text(encoding="utf-8").splitlines()
+    actual = {_normalized(line.strip()) for line in lines if line.strip() and not line.lstrip().startswith("#")}
+    assert actual == {_normalized(d) for d in extra}
+    assert all("==" in d for d in extra), "images are only reproducible with exact pins"
+
+
 def test_every_dependency_is_pinned() -> None:
     loose = [d for d in _pyproject_dependencies() if "==" not in d]
     assert loose == [], "images are only reproducible with exact pins"

@@ -140,7 +140,7 @@ def test_secrets_reach_the_ranks_and_nothing_else(live: Live, short_api: str) ->
         assert seen_again["secret_digests"] == seen["secret_digests"]
 
         served = {**everything_served(sam, job_id), **{f"retry {k}": v for k, v in everything_served(sam, again["id"]).items()}}
-        assert b"tick" not in served["/"]  # sanity: the dashboard page, not a job's output
+        assert b"tick 0" not in served["/"]  # sanity: the dashboard page, not a job's output
         assert b"rank 0 reporting" in served[f"/v1/jobs/{job_id}/logs?rank=0"]
     with live.admin() as admin:
         served["admin detail"] = admin.get(f"/v1/jobs/{job_id}").content

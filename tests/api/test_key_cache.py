@@ -1,0 +1,56 @@
+"""Verified tenant keys are trusted for at most TORCHYARD_KEY_CACHE_S: a key revoked elsewhere (another API
+process, straight in SQL) stops working within that bound, and at once in the process that revoked it."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlmodel import Session
+
+from api.app import create_app
+from jobs import keys
+from jobs.db import get_engine, init_db
+from tests.api.conftest import ADMIN
+from tests.conftest import make_settings
+
+
+def _client(tmp_path: Path, sqlite_url: str, redis_url: str, cache_s: float) -> TestClient:
+    settings = make_settings(tmp_path, sqlite_url, redis_url, key_cache_s=cache_s)
+    init_db(get_engine(settings.database_url))
+    return TestClient(create_app(settings), headers=ADMIN)
+
+
+def _revoke_elsewhere(client: TestClient, key_id: str) -> None:
+    # What another API process does: the row changes, this process's cache is not told.
+    with Session(client.app.state.engine) as session:  # type: ignore[attr-defined]
+        keys.revoke_key(session, key_id)
+
+
+@pytest.mark.parametrize("cache_s", [0.0, 1.5])
+def test_a_key_revoked_elsewhere_stops_working_within_the_cache_bound(
+        tmp_path: Path, sqlite_url: str, redis_url: str, cache_s: float) -> None:
+    with _client(tmp_path, sqlite_url, redis_url, cache_s) as client:
+        made = client.post("/v1/keys", json={"owner": "alice", "name": "k"}).json()
+        alice = {"Authorization": f"Bearer {made['key']}"}
+        assert client.get("/v1/jobs", headers=alice).status_code == 200  # verified, and cached when cache_s > 0
+        _revoke_elsewhere(client, made["id"])
+        revoked_at = time.monotonic()
+        while client.get("/v1/jobs", headers=alice).status_code == 200:
+            assert time.monotonic() - revoked_at <= cache_s + 0.5, f"a revoked key still works after {cache_s} s"
+            time.sleep(0.1)
+        assert client.get("/v1/jobs", headers=alice).status_code == 401
+
+
+def test_revoking_through_this_process_takes_effect_at_once_despite_the_cache(
+        tmp_path: Path, sqlite_url: str, redis_url: str) -> None:
+    with _client(tmp_path, sqlite_url, redis_url, cache_s=300) as client:
+        made = client.post("/v1/keys", json={"owner": "alice", "name": "k"}).json()
+        alice = {"Authorization": f"Bearer {made['key']}"}
+        assert client.get("/v1/jobs", headers=alice).status_code == 200
+        assert client.delete(f"/v1/keys/{made['id']}").status_code == 204
+        assert client.get("/v1/jobs", headers=alice).status_code == 401
+        # A wrong key with a live key's id is refused however much is cached.
+        assert client.get("/v1/jobs", headers={"Authorization": f"Bearer {made['key']}x"}).status_code == 401

@@ -1,0 +1,70 @@
+"""Build the model-parallel layout of a job: the mesh, then pipeline stages or tensor-parallel shards, then
+DDP or FSDP2 over the data-parallel dimension."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import torch
+from torch import nn
+
+from trainer.distributed import RankInfo
+from trainer.model_parallel.mesh import build_mesh, data_rank
+from trainer.model_parallel.pipeline import build_pipeline
+from trainer.model_parallel.tensor import apply_tensor_parallel
+from trainer.models import model_blocks
+from trainer.spec import JobSpec
+
+log = logging.getLogger(__name__)
+
+
+def _fsdp(module: nn.Module, dp_mesh: Any, spec: JobSpec) -> nn.Module:
+    from torch.distributed.fsdp import fully_shard
+
+    after_forward = spec.parallel.fsdp.reshard_after_forward
+    for block in model_blocks(module):
+        fully_shard(block, mesh=dp_mesh, reshard_after_forward=after_forward)
+    fully_shard(module, mesh=dp_mesh, reshard_after_forward=False)
+    return module
+
+
+def apply_model_parallel(model: nn.Module, rank: RankInfo, spec: JobSpec, task: str) -> dict[str, Any]:
+    """The pieces of a ``Parallelized`` for a pipeline or tensor-parallel job (see trainer/parallel.py)."""
+    mesh = build_mesh(rank, spec)
+    dp_mesh = mesh["dp"]
+    dp = dp_mesh.size()
+    strategy = spec.parallel.strategy
+    log.info("model-parallel mesh %s %s, %s over dp", tuple(mesh.shape), mesh.mesh_dim_names, strategy if dp > 1 else "nothing")
+    if spec.parallel.pipeline is not None:
+        def wrap(part: nn.Module) -> nn.Module:
+            if dp == 1:
+                return part
+            if strategy == "fsdp":
+                return _fsdp(part, dp_mesh, spec)
+            # DDP semantics through FSDP2's machinery (replicated DTensor parameters, gradients all-reduced): the
+            # stage drives its gradient sync across micro-batches, which the DDP class's bucket rebuild does not survive.
+            from torch.distributed._composable.replicate_with_fsdp import replicate
+
+            return replicate(part, mesh=dp_mesh)
+
+        pipe = build_pipeline(model, spec, mesh, rank.device, task, wrap)
+        return {"model": pipe.model, "strategy": f"{strategy}+pp", "mesh": mesh, "data_rank": data_rank(rank, mesh), "pipeline": pipe}
+    model.to(rank.device)
+    apply_tensor_parallel(model, mesh["tp"])
+    if dp > 1:
+        _fsdp(model, dp_mesh, spec)
+    return {"model": model, "strategy": f"{strategy}+tp" if dp > 1 else "tp", "mesh": mesh, "data_rank": data_rank(rank, mesh),
+            "tp_leader": mesh["tp"].get_local_rank() == 0}
+
+
+def eval_forward(wrapped: Any, x: torch.Tensor, spec: JobSpec) -> torch.Tensor | None:
+    """The model's output for an eval batch, or None on ranks whose output must not be counted (pipeline stages
+    before the last, tensor-parallel ranks but the first: they hold the same output as their leader)."""
+    pipe = wrapped.pipeline
+    if pipe is not None:
+        a = spec.model.args
+        shape = (x.shape[0], x.shape[1], a.get("n_embd", 128)) if spec.model.name == "gpt" else (x.shape[0], a.get("hidden", 256))
+        return pipe.forward(x, shape, torch.float32)
+    out = wrapped.model(x)
+    return out if wrapped.tp_leader else None
