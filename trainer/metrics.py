@@ -75,6 +75,7 @@ class MetricsReporter:
         self.system = SystemSampler(rank.device)
         self.agreed_step_time: float | None = None  # rank 0's last reported step time, equal on every rank
         self._pending: _Pending | None = None
+        self._completed: dict[str, float] = {}  # values of the last report completed, until train_step returns them
         events.before_emit = self.flush
         self.reset_window(0)
 
@@ -89,10 +90,19 @@ class MetricsReporter:
     def train_step(self, step: int, epoch: int, loss: torch.Tensor, grad_norm: torch.Tensor | None, lr: float) -> dict[str, float]:
         """Report step ``step`` (1-based) with its summed micro-batch loss; a collective on every rank.
 
-        Returns the values of the report completed by this call (an earlier log step's, or the last step's), else {}."""
-        done = self.flush()
-        if not self.due(step):
-            return done
+        Returns the values of the report completed since the previous call (an earlier log step's, or the last
+        step's), else {}. Equal on every rank: rank 0 alone may have completed it early, when it wrote an event,
+        and a return that differed by rank would send the ranks down different collectives."""
+        self.flush()
+        if self.due(step):
+            self._start(step, epoch, loss, grad_norm, lr)
+            if step == self.total_steps:
+                self.flush()  # nothing left to overlap it with
+        done, self._completed = self._completed, {}
+        return done
+
+    def _start(self, step: int, epoch: int, loss: torch.Tensor, grad_norm: torch.Tensor | None, lr: float) -> None:
+        """Start the log step's all-reduce without waiting for it."""
         elapsed = time.perf_counter() - self._t0
         steps = max(1, step - self._step0)
         norm = grad_norm.detach().float() if grad_norm is not None else torch.zeros((), device=loss.device)
@@ -108,9 +118,6 @@ class MetricsReporter:
         work = dist.all_reduce(stats, async_op=True) if self.rank.world_size > 1 else None
         self._pending = _Pending(step, epoch, stats, work, elapsed, steps, lr, grad_norm is not None, time.time(), width)
         self.reset_window(step)
-        if step == self.total_steps:
-            return self.flush()  # nothing left to overlap it with
-        return done
 
     def flush(self) -> dict[str, float]:
         """Complete the report in flight, if any: wait for its all-reduce and write its metric event."""
@@ -137,6 +144,7 @@ class MetricsReporter:
             values["train/mfu"] = samples_per_s * self.flops_per_sample / (self.peak * self.rank.world_size)
         values.update(self._system_values(sampled, p.width))
         self.events.emit("metric", step=p.step, epoch=p.epoch, values=values, time=p.wall)
+        self._completed = values
         return values
 
     def global_mean(self, value: torch.Tensor) -> float:

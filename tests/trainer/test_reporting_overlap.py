@@ -54,3 +54,19 @@ def test_a_report_in_flight_is_written_at_close(tmp_path: Path) -> None:
     events.close()  # what the trainer does on preemption and at exit
     assert [(e["type"], e["step"]) for e in _events(tmp_path)] == [("metric", 3)]
     assert _events(tmp_path)[0]["time"] <= ended  # stamped when its step ended, not when it was written
+
+
+def test_the_next_step_returns_a_report_whether_or_not_an_event_completed_it_early(tmp_path: Path) -> None:
+    """Rank 0 completes a report early when it writes an event; ranks that write none complete it at the next
+    step. Both must return it from that next step, or the ranks take different collectives (a hang)."""
+    returned = []
+    for writes_events in (True, False):
+        run_dir = tmp_path / str(writes_events)
+        run_dir.mkdir()
+        events = EventWriter(run_dir, enabled=writes_events)
+        reporter = MetricsReporter(events, RANK0, every=2, total_steps=100, global_batch=8)
+        _step(reporter, 1)
+        _step(reporter, 2)  # step 2's report is in flight
+        events.metric(2, 0, {"eval/loss": 0.3})  # completes it on the rank that writes events
+        returned.append(sorted(_step(reporter, 3)))
+    assert returned[0] == returned[1] and "train/loss" in returned[0]
