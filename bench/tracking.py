@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 
-from bench.common import REPO, Ctx, bench_env, run_logged, torchrun
+from bench.common import Ctx, bench_env, run_logged, torchrun
 from stack.redis_server import free_port
 
 log = logging.getLogger(__name__)
@@ -62,7 +62,7 @@ def tracking(ctx: Ctx) -> dict[str, Any]:
     out = ctx.work / "tracking-cost.json"
     cycles = 20 if ctx.quick else 40
     with mlflow_server(ctx.work) as uri:
-        cmd = torchrun(2, str(REPO / "bench" / "tracking_cost.py"), "--out", str(out), "--cycles", str(cycles),
+        cmd = torchrun(2, "-m", "bench.tracking_cost", "--out", str(out), "--cycles", str(cycles),
                        *(["--mlflow-uri", uri] if uri else []))
         run_logged(cmd, ctx.work / "tracking-cost.log", bench_env(), timeout_s=600)
     result = json.loads(out.read_text())

@@ -224,7 +224,7 @@ def reporting(ctx: Ctx) -> dict[str, Any]:
     """(5b) Rank-0 reporting cost on step time: bench/reporting_cost.py, modes interleaved in one launch."""
     out = ctx.work / "reporting-cost.json"
     cycles = 20 if ctx.quick else 40
-    cmd = torchrun(2, str(REPO / "bench" / "reporting_cost.py"), "--out", str(out), "--cycles", str(cycles))
+    cmd = torchrun(2, "-m", "bench.reporting_cost", "--out", str(out), "--cycles", str(cycles))
     run_logged(cmd, ctx.work / "reporting-cost.log", bench_env(), timeout_s=600)
     step_s = json.loads(out.read_text())["step_s"]
     none = step_s["none"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -210,22 +210,14 @@ class Client:
         """Save the consolidated weights of the latest checkpoint that has them (or of ``step``) to ``dest``
         (a file, or a directory to put the server's file name in; default the current directory)."""
         path = f"/v1/jobs/{job_id}/weights" if step is None else f"/v1/jobs/{job_id}/checkpoints/{step}/weights"
-        try:
-            with self._http.stream("GET", path, headers={"Accept": "application/octet-stream"}) as response:
-                if response.is_error:
-                    response.read()
-                    raise error_from_response(response)
-                target = Path(dest) if dest is not None else Path.cwd()
-                if target.is_dir():
-                    target = target / (_attachment_name(response.headers.get("content-disposition")) or f"{job_id}.safetensors")
-                tmp = target.with_name(f".{target.name}.part")
-                with tmp.open("wb") as out:
-                    for block in response.iter_bytes(1 << 20):
-                        out.write(block)
-                tmp.replace(target)  # never a half-written file under the final name
-                return target
-        except httpx.TransportError as exc:
-            raise ConnectionFailed(f"download from {self.url} broke: {exc}") from exc
+
+        def target_for(response: httpx.Response) -> Path:
+            target = Path(dest) if dest is not None else Path.cwd()
+            if target.is_dir():
+                target = target / (_attachment_name(response.headers.get("content-disposition")) or f"{job_id}.safetensors")
+            return target
+
+        return self._download(path, target_for)
 
     def artifacts(self, job_id: str) -> list[Artifact]:
         """Files the job wrote under its run's ``artifacts/`` directory (TensorBoard events, profiler traces ...)."""
@@ -236,11 +228,16 @@ class Client:
         target = Path(dest)
         target.parent.mkdir(parents=True, exist_ok=True)
         quoted = "/".join(quote(part, safe="") for part in path.split("/"))
+        return self._download(f"/v1/jobs/{job_id}/artifacts/{quoted}", lambda _: target)
+
+    def _download(self, path: str, target_for: Callable[[httpx.Response], Path]) -> Path:
+        """Stream ``path`` into the file ``target_for(response)`` names, written whole or not at all."""
         try:
-            with self._http.stream("GET", f"/v1/jobs/{job_id}/artifacts/{quoted}") as response:
+            with self._http.stream("GET", path, headers={"Accept": "application/octet-stream"}) as response:
                 if response.is_error:
                     response.read()
                     raise error_from_response(response)
+                target = target_for(response)
                 tmp = target.with_name(f".{target.name}.part")
                 with tmp.open("wb") as out:
                     for block in response.iter_bytes(1 << 20):

@@ -1,40 +1,11 @@
 // Drives the dashboard's compare view in the system's headless Chromium (playwright-core): tick jobs in the
 // table, press Compare, read what the overlay drew. Settings from DRIVE_CONFIG (JSON): url, key, jobIds,
 // chromium, outDir. Prints one JSON line with what it saw.
-import { createRequire } from "node:module";
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { dirname, join } from "node:path";
-import { fileURLToPath } from "node:url";
+import { join } from "node:path";
 
-const root = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
-const require = createRequire(join(root, "dashboard", "package.json"));
-const { chromium } = require("playwright-core");
+import { visit } from "./browser.mjs";
 
-const cfg = JSON.parse(process.env.DRIVE_CONFIG);
-const profile = mkdtempSync(join(tmpdir(), "torchyard-chromium-"));
-const problems = [];
-const step = (msg) => process.stderr.write(`[compare] ${msg}\n`);
-
-const context = await chromium.launchPersistentContext(profile, {
-  executablePath: cfg.chromium,
-  headless: true,
-  viewport: { width: 1360, height: 1180 },
-  args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync"],
-});
-const result = {};
-try {
-  const page = context.pages()[0] ?? (await context.newPage());
-  page.setDefaultTimeout(30000);
-  page.on("console", (m) => {
-    if (m.type() === "error" && !m.text().startsWith("Failed to load resource")) problems.push(`console: ${m.text()}`);
-  });
-  page.on("response", (r) => {
-    if (r.status() >= 400) problems.push(`http ${r.status()} ${r.request().method()} ${new URL(r.url()).pathname}`);
-  });
-  page.on("pageerror", (e) => problems.push(`pageerror: ${e.message}`));
-
+await visit("compare", async (page, cfg, result, step) => {
   step("sign in");
   await page.goto(cfg.url);
   await page.fill("#key-input", cfg.key);
@@ -78,17 +49,4 @@ try {
     return counts;
   });
   await page.screenshot({ path: join(cfg.outDir, "compare.png") });
-} catch (err) {
-  result.error = String(err && err.stack ? err.stack : err);
-  try {
-    await context.pages()[0].screenshot({ path: join(cfg.outDir, "failure.png") });
-  } catch {
-    // nothing more to show
-  }
-} finally {
-  result.problems = problems;
-  await context.close();
-  rmSync(profile, { recursive: true, force: true });
-}
-process.stdout.write(JSON.stringify(result) + "\n");
-process.exit(result.error ? 1 : 0);
+});
