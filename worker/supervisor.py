@@ -43,7 +43,7 @@ from jobs.settings import Settings, get_settings
 from jobs.states import TransitionRefused, transition
 from trainer.pdeathsig import set_not_dumpable
 from trainer.spec import AnySpec, SpecError, spec_from_dict
-from worker import devices, job_code, oom, outcome
+from worker import devices, job_code, mlflow_runs, oom, outcome
 from worker.executors import make_executor
 from worker.executors.base import Launch, LaunchError, LaunchRequest, Phase, RankState, engine_verdict
 from worker.gang import Leader, advertised_host, free_port, node_launch
@@ -705,6 +705,7 @@ class Supervisor:
             self.session.commit()
 
         self._db(record, "recording the attempt")
+        mlflow_runs.settle(Path(job.run_dir or ""), outcome_name, self.settings.mlflow_tracking_uri)
 
     def _transition(self, to: Status, *, expect: list[Status], reason: str, values: dict[str, object] | None) -> Job:
         return self._db(lambda: transition(self.session, self.job_id, to, expect=expect, reason=reason, values=values,

@@ -167,3 +167,37 @@ def test_mlflow_round_trip(services: Services, mlflow_server: str) -> None:
     assert [m.step for m in mlflow.get_metric_history(run.info.run_id, "eval/accuracy")] == [s for s, _ in api_acc]
     assert [a.path for a in mlflow.list_artifacts(run.info.run_id, "weights")] == ["weights/model.safetensors"]
 
+
+
+def test_a_killed_rank_leaves_one_mlflow_run_per_job_with_the_jobs_outcome(services: Services, mlflow_server: str) -> None:
+    """Rank 0 is SIGKILLed mid-attempt, so its sink cannot end the run: the worker does. A job that resumes
+    logs on into the same run, which ends FINISHED; a job with no retry left ends its run FAILED."""
+    from mlflow.tracking import MlflowClient
+
+    services.start_api()
+    services.start_worker(TORCHYARD_MLFLOW_TRACKING_URI=mlflow_server,
+                          # Slow steps, so rank 0's sink has opened its run (a few HTTP calls) well before the kill.
+                          TORCHYARD_FAULTS=json.dumps([{"action": "slow", "step": 1, "seconds": 0.3, "attempt": None},
+                                                       {"action": "sigkill", "step": 12, "rank": 0, "attempt": 1}]))
+    base = {**SPEC, "tracking": {"mlflow": {"experiment": "killed"}}, "checkpoint": {"every_steps": 2}}
+    with services.client() as client:
+        resumed = client.post("/v1/jobs", json={**base, "name": "resumed", "retries": 1}).json()["id"]
+        failed = client.post("/v1/jobs", json={**base, "name": "failed", "retries": 0}).json()["id"]
+        ends = {job_id: services.wait_status(client, job_id, {"succeeded", "failed", "cancelled"}, timeout_s=300)
+                for job_id in (resumed, failed)}
+        assert ends[resumed]["status"] == "succeeded", ends[resumed]["error"]
+        assert ends[resumed]["attempt"] == 2
+        assert ends[failed]["status"] == "failed"
+        api_steps = [s for s, _ in _metric(client, resumed, "train/loss")]
+
+    mlflow = MlflowClient(tracking_uri=mlflow_server)
+    experiment = mlflow.get_experiment_by_name("killed")
+    assert experiment is not None
+    found = mlflow.search_runs([experiment.experiment_id])
+    runs = {r.data.tags["torchyard.job_id"]: r for r in found}
+    assert len(found) == 2 and sorted(runs) == sorted([resumed, failed])  # one run per job, not per attempt
+    assert runs[resumed].info.status == "FINISHED"
+    assert runs[failed].info.status == "FAILED"
+    # Both attempts logged into the one run: steps before the kill and after the resume.
+    logged = {m.step for m in mlflow.get_metric_history(runs[resumed].info.run_id, "train/loss")}
+    assert set(api_steps) <= logged and min(logged) < 12 < max(logged)

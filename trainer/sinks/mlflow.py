@@ -17,6 +17,17 @@ log = logging.getLogger(__name__)
 _METRICS_PER_BATCH = 1000
 _PARAMS_PER_BATCH = 100
 _PARAM_VALUE_MAX = 6000
+# The job's MLflow run id, in its run directory: every attempt and resume logs to the one run, and the
+# worker ends a run whose rank 0 died before it could (worker/mlflow_runs.py).
+RUN_ID_FILE = "mlflow_run_id"
+
+
+def recorded_run_id(run_dir: Path) -> str | None:
+    """The MLflow run a job's attempts log to, if one was opened."""
+    try:
+        return (run_dir / RUN_ID_FILE).read_text(encoding="utf-8").strip() or None
+    except OSError:
+        return None
 
 
 def flatten(spec: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
@@ -35,7 +46,9 @@ def flatten(spec: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
 
 
 class MlflowSink:
-    """One MLflow run per attempt of rank 0, named after the job, tagged with its id and labels."""
+    """One MLflow run per job, named after it, tagged with its id and labels. A later attempt (a retry, a resume
+    after preemption) logs to the same run, marked RUNNING again; its params stay the first attempt's (MLflow
+    params cannot change), and steps replayed after the resumed checkpoint appear twice in a metric's history."""
 
     name = "mlflow"
 
@@ -54,6 +67,8 @@ class MlflowSink:
         from mlflow.entities import Param
 
         self._client = self._client_class(tracking_uri=self.tracking_uri)
+        if self._resume():
+            return
         found = self._client.get_experiment_by_name(self.experiment)
         experiment_id = found.experiment_id if found is not None else self._client.create_experiment(self.experiment)
         tags = {f"label.{k}": str(v) for k, v in (self.spec.get("labels") or {}).items()}
@@ -61,10 +76,31 @@ class MlflowSink:
             tags["torchyard.job_id"] = self.job_id
         run = self._client.create_run(experiment_id, run_name=str(self.spec.get("name") or self.job_id or "torchyard"), tags=tags)
         self.run_id = run.info.run_id
+        # Recorded before anything else is sent: a rank killed from here on leaves a run the worker can end.
+        tmp = self.run_dir / f".{RUN_ID_FILE}.tmp"
+        tmp.write_text(self.run_id, encoding="utf-8")
+        tmp.replace(self.run_dir / RUN_ID_FILE)
         params = [Param(k, v) for k, v in flatten(self.spec).items()]
         for i in range(0, len(params), _PARAMS_PER_BATCH):
             self._client.log_batch(self.run_id, params=params[i:i + _PARAMS_PER_BATCH])
         log.info("logging to MLflow run %s (experiment %r) at %s", self.run_id, self.experiment, self.tracking_uri)
+
+    def _resume(self) -> bool:
+        """Continue the run an earlier attempt opened, if the tracking server still has it."""
+        from mlflow.exceptions import MlflowException
+
+        run_id = recorded_run_id(self.run_dir)
+        if run_id is None:
+            return False
+        try:
+            self._client.get_run(run_id)
+        except MlflowException as exc:  # deleted, or another tracking server since
+            log.warning("MLflow run %s of an earlier attempt is not found (%s); opening a new one", run_id, exc)
+            return False
+        self._client.update_run(run_id, status="RUNNING")
+        self.run_id = run_id
+        log.info("continuing MLflow run %s at %s", run_id, self.tracking_uri)
+        return True
 
     def write(self, points: Sequence[Point]) -> None:
         from mlflow.entities import Metric
