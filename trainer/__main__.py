@@ -71,4 +71,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_code = main()
+    # Everything is written, closed and the groups destroyed: skip the interpreter's teardown, where gloo's
+    # threads releasing their last work objects can still abort a finished rank (SIGABRT after "done", seen
+    # on loaded hosts). An exception out of main() exits the usual way, with its traceback.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(exit_code)
