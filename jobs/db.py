@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import fcntl
 import logging
+import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import lru_cache
@@ -45,6 +46,21 @@ def make_engine(url: str) -> Engine:
         sa.event.listen(engine, "connect", _sqlite_pragmas)
         return engine
     return sa.create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20, connect_args=_postgres_timeouts())
+
+
+def make_read_engine(url: str, pool_size: int) -> Engine:
+    """A PostgreSQL engine for the hot reads of one API process (api.job_reader), apart from the shared one:
+    ``pool_size`` connections and no ``pool_pre_ping``, whose extra round trip per checkout cost as much as the
+    read. A connection lost to a database restart fails its statement, which invalidates the pool, and the
+    reader tries once more on a new connection."""
+    return sa.create_engine(url, pool_size=pool_size, max_overflow=0, connect_args=_postgres_timeouts())
+
+
+def sqlite_connect(url: str) -> sqlite3.Connection:
+    """A plain sqlite3 connection to the file of ``url``, with the pragmas every torchyard connection has."""
+    conn = sqlite3.connect(sa.engine.make_url(url).database or "", timeout=30, check_same_thread=False)
+    _sqlite_pragmas(conn, None)
+    return conn
 
 
 def _postgres_timeouts() -> dict[str, Any]:
