@@ -44,7 +44,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         reconciler.start()
         yield
         reconciler.stopped.set()
-        app.state.job_reader.close()
+        await app.state.job_reader.close()
 
     app = FastAPI(
         title="torchyard",

@@ -50,6 +50,10 @@ class BodySizeLimit:
             await _send_problem(send, 413 if declared.isdigit() else 400,
                                 BodyTooLarge(limit, setting).detail if declared.isdigit() else "malformed Content-Length")
             return
+        if declared is None and _header(scope, b"transfer-encoding") is None:
+            # No Content-Length and no Transfer-Encoding: HTTP/1.1 says there is no body (GETs), nothing to limit.
+            await self.app(scope, receive, send)
+            return
         received = 0
         started = False
 

@@ -48,12 +48,9 @@ def make_engine(url: str) -> Engine:
     return sa.create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20, connect_args=_postgres_timeouts())
 
 
-def make_read_engine(url: str, pool_size: int) -> Engine:
-    """A PostgreSQL engine for the hot reads of one API process (api.job_reader), apart from the shared one:
-    ``pool_size`` connections and no ``pool_pre_ping``, whose extra round trip per checkout cost as much as the
-    read. A connection lost to a database restart fails its statement, which invalidates the pool, and the
-    reader tries once more on a new connection."""
-    return sa.create_engine(url, pool_size=pool_size, max_overflow=0, connect_args=_postgres_timeouts())
+def postgres_connect_args() -> dict[str, Any]:
+    """The connect and statement timeouts and keepalives of every PostgreSQL connection, as libpq parameters."""
+    return _postgres_timeouts()
 
 
 def sqlite_connect(url: str) -> sqlite3.Connection:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
+import psycopg
 import sqlalchemy as sa
 
 from jobs.models import Attempt, Job, JobSecret, Transition, UTCDateTime
@@ -105,14 +106,31 @@ def read(conn: sa.Connection, job_id: str) -> JobRows | None:
     return JobRows(values, _load_attempts(attempts), _load_transitions(transitions), list(names or []))
 
 
+def _rows(row: Any, job_loads: list[Any], parse_json: Any) -> JobRows:
+    n = len(_JOB_NAMES)
+    values = {name: (load(v) if load is not None else v) for name, load, v in zip(_JOB_NAMES, job_loads, row[:n], strict=True)}
+    attempts, transitions, names = (parse_json(v) for v in row[n:])
+    return JobRows(values, _load_attempts(attempts), _load_transitions(transitions), list(names or []))
+
+
+# psycopg decodes json itself and returns naive datetimes for PostgreSQL's ``timestamp``: UTCDateTime makes them aware.
+_PG_SQL = _sql("postgresql").replace(":job_id", "%(job_id)s")
+_PG_LOADS = [(lambda v: v.replace(tzinfo=timezone.utc) if v is not None else None) if isinstance(c.type, UTCDateTime) else None
+             for c in _JOB_COLUMNS]
+
+
+async def read_psycopg_async(conn: psycopg.AsyncConnection[Any], job_id: str) -> JobRows | None:
+    """``read`` on a psycopg async connection (autocommit): the same statement and values, awaited in the event loop."""
+    async with conn.cursor() as cur:
+        await cur.execute(_PG_SQL, {"job_id": job_id})
+        row = await cur.fetchone()
+    return _rows(row, _PG_LOADS, lambda v: v) if row is not None else None
+
+
 def read_sqlite(conn: sqlite3.Connection, job_id: str) -> JobRows | None:
     """``read`` on a plain sqlite3 connection: the same statement and the same values, without SQLAlchemy's
     execution and result machinery, which cost several times the query (api.job_reader runs it in the event loop)."""
     rows = conn.execute(_SQLITE_SQL, {"job_id": job_id}).fetchall()  # fetched whole: the read ends here
     if not rows:
         return None
-    row = rows[0]
-    n = len(_JOB_NAMES)
-    values = {name: (load(v) if load is not None else v) for name, load, v in zip(_JOB_NAMES, _SQLITE_LOADS, row[:n], strict=True)}
-    attempts, transitions, names = row[n:]
-    return JobRows(values, _load_attempts(_json(attempts)), _load_transitions(_json(transitions)), list(_json(names) or []))
+    return _rows(rows[0], _SQLITE_LOADS, _json)

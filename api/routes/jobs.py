@@ -93,27 +93,13 @@ def list_jobs(
 async def get_job(job_id: JobId, principal: PrincipalDep, request: Request) -> Response:
     state = request.app.state
     reader: JobReader = state.job_reader
-    if not reader.inline:
-        # One hop to a thread for the whole read (the statement, JSON), on the read pool (api.read_pool) rather than
-        # the 40-thread default, whose threads only fight over the GIL.
-        return await read_pool.run(_job_detail, reader, state.redis, state.settings, principal.owner, job_id)
-    rows = _owned(reader.read(job_id), principal.owner, job_id)  # SQLite: faster than the hop to a thread
+    rows = await reader.read(job_id)  # in the event loop: cheaper than a hop to a thread (api.job_reader)
+    if rows is None or rows.values["owner"] != principal.owner:
+        raise service.JobNotFound(job_id)  # another owner's job is indistinguishable from a missing one
     if rows.values["status"] != Status.QUEUED.value:
         return _detail_response(service.detail_of(rows, None, state.redis, state.settings))
-    return await read_pool.run(_queued_detail, rows, state.engine, state.redis, state.settings)  # asks Redis
-
-
-def _owned(rows: job_read.JobRows | None, owner: str, job_id: str) -> job_read.JobRows:
-    if rows is None or rows.values["owner"] != owner:
-        raise service.JobNotFound(job_id)  # another owner's job is indistinguishable from a missing one
-    return rows
-
-
-def _job_detail(reader: JobReader, redis: Redis, settings: Settings, owner: str, job_id: str) -> Response:
-    rows = _owned(reader.read(job_id), owner, job_id)
-    if rows.values["status"] != Status.QUEUED.value:
-        return _detail_response(service.detail_of(rows, None, redis, settings))
-    return _queued_detail(rows, reader.engine, redis, settings)
+    # A queued job's place and waiting reason ask Redis and SQL: one hop to the read pool (api.read_pool) for them.
+    return await read_pool.run(_queued_detail, rows, state.engine, state.redis, state.settings)
 
 
 def _queued_detail(rows: job_read.JobRows, engine: Engine, redis: Redis, settings: Settings) -> Response:
