@@ -376,8 +376,8 @@ class JobDetail:
     values: dict[str, Any]  # the job's columns
     queue_position: int | None
     waiting_reason: str | None
-    attempts: list[Any]  # rows with Attempt's columns
-    transitions: list[Any]  # rows with Transition's columns
+    attempts: list[Any]  # Attempt's columns but job_id, as dicts (jobs.job_read)
+    transitions: list[Any]  # Transition's columns but id and job_id, as dicts
     nodes_needed: int | None = None  # multi-node jobs while queued: workers the gang needs at once
     workers_free: int | None = None  # and idle workers serving its queue now
     secret_names: list[str] = field(default_factory=list)
