@@ -9,8 +9,9 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 import dashboard
-from api import errors
+from api import errors, read_pool
 from api.auth import Principal
+from api.job_reader import JobReader
 from api.key_cache import KeyCache
 from api.middleware import BodySizeLimit, RequestContext
 from api.observability import make_registry
@@ -43,6 +44,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         reconciler.start()
         yield
         reconciler.stopped.set()
+        await app.state.job_reader.close()
 
     app = FastAPI(
         title="torchyard",
@@ -53,6 +55,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.engine = get_engine(settings.database_url)
     app.state.redis = redis_client(settings.redis_url)
+    app.state.job_reader = JobReader(settings.database_url, app.state.engine, pool_size=read_pool.THREADS)
     app.state.stream_slots = StreamSlots(settings.max_streams_per_owner)
     app.state.key_cache = KeyCache[Principal](settings.key_cache_s)
     registry, latency = make_registry(app.state.engine, app.state.redis)

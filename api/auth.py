@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request
@@ -42,10 +43,15 @@ def hash_key(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
 
 
+@lru_cache(maxsize=4)
+def _admin_digest(admin: str) -> str:
+    return hash_key(admin)  # once per admin token, not per request
+
+
 def _admin(token: str, settings: Settings) -> Principal | None:
     admin = settings.admin_token
     # Compare digests in constant time so response timing says nothing about the key.
-    if admin and hmac.compare_digest(hash_key(token), hash_key(admin)):
+    if admin and hmac.compare_digest(hash_key(token), _admin_digest(admin)):
         return Principal(owner=ADMIN_OWNER, is_admin=True)
     return None
 

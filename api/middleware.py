@@ -6,9 +6,10 @@ through untouched and a body is never buffered to be measured.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
-import secrets
+import os
 import time
 from http import HTTPStatus
 from typing import Any
@@ -44,10 +45,14 @@ class BodySizeLimit:
             return
         # A path with a cap of its own (uploads), named by its setting.
         limit, setting = self.overrides.get(scope["path"], (self.default_limit, "TORCHYARD_MAX_REQUEST_BYTES"))
-        declared = dict(scope["headers"]).get(b"content-length")
+        declared = _header(scope, b"content-length")
         if declared is not None and (not declared.isdigit() or int(declared) > limit):
             await _send_problem(send, 413 if declared.isdigit() else 400,
                                 BodyTooLarge(limit, setting).detail if declared.isdigit() else "malformed Content-Length")
+            return
+        if declared is None and _header(scope, b"transfer-encoding") is None:
+            # No Content-Length and no Transfer-Encoding: HTTP/1.1 says there is no body (GETs), nothing to limit.
+            await self.app(scope, receive, send)
             return
         received = 0
         started = False
@@ -89,13 +94,15 @@ class RequestContext:
 
     def __init__(self, app: ASGIApp, latency: Histogram):
         self.app, self.latency = app, latency
+        # The histogram's child per (method, route, status): ``labels()`` takes a lock and builds a key per call.
+        self._observers: dict[tuple[str, str, str], Any] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        incoming = dict(scope["headers"]).get(b"x-request-id", b"").decode("latin-1")
-        rid = incoming if 0 < len(incoming) <= 128 and incoming.isprintable() else secrets.token_hex(8)
+        incoming = (_header(scope, b"x-request-id") or b"").decode("latin-1")
+        rid = incoming if 0 < len(incoming) <= 128 and incoming.isprintable() else _new_request_id()
         token = logconfig.request_id.set(rid)
         status = 500
         start = time.perf_counter()
@@ -112,14 +119,36 @@ class RequestContext:
         finally:
             elapsed = time.perf_counter() - start
             route = _route_template(scope)
-            self.latency.labels(scope["method"], route, str(status)).observe(elapsed)
-            extra: dict[str, Any] = {
-                "method": scope["method"], "path": scope["path"], "route": route, "status": status,
-                "duration_ms": round(elapsed * 1000, 1), "job_id": (scope.get("path_params") or {}).get("job_id"),
-                "owner": (scope.get("state") or {}).get("owner"),  # request.state.owner, set by auth
-            }
-            access_log.info("%s %s %d %.1fms", scope["method"], scope["path"], status, elapsed * 1000, extra=extra)
+            key = (scope["method"], route, str(status))
+            observer = self._observers.get(key)
+            if observer is None:
+                observer = self._observers[key] = self.latency.labels(*key)
+            observer.observe(elapsed)
+            if access_log.isEnabledFor(logging.INFO):  # the line's fields are not gathered for nothing
+                extra: dict[str, Any] = {
+                    "method": scope["method"], "path": scope["path"], "route": route, "status": status,
+                    "duration_ms": round(elapsed * 1000, 1), "job_id": (scope.get("path_params") or {}).get("job_id"),
+                    "owner": (scope.get("state") or {}).get("owner"),  # request.state.owner, set by auth
+                }
+                access_log.info("%s %s %d %.1fms", scope["method"], scope["path"], status, elapsed * 1000, extra=extra)
             logconfig.request_id.reset(token)
+
+
+def _header(scope: Scope, name: bytes) -> bytes | None:
+    """The first value of header ``name`` (lower case, as ASGI gives names), without building a dict per request."""
+    for key, value in scope["headers"]:
+        if key == name:
+            return value
+    return None
+
+
+# Request ids: 16 hex digits counting up from a random start per process, unique across processes in practice, and
+# without a system call per request as secrets.token_hex made (ids only correlate log lines; they are no secret).
+_request_ids = itertools.count(int.from_bytes(os.urandom(8), "big"))
+
+
+def _new_request_id() -> str:
+    return f"{next(_request_ids) & 0xFFFF_FFFF_FFFF_FFFF:016x}"
 
 
 def _route_template(scope: Scope) -> str:

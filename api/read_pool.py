@@ -17,7 +17,8 @@ from typing import ParamSpec, TypeVar
 P = ParamSpec("P")
 T = TypeVar("T")
 
-_pool = ThreadPoolExecutor(max_workers=int(os.environ.get("TORCHYARD_READ_THREADS", "4")), thread_name_prefix="read")
+THREADS = int(os.environ.get("TORCHYARD_READ_THREADS", "4"))
+_pool = ThreadPoolExecutor(max_workers=THREADS, thread_name_prefix="read")
 
 
 async def run(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:

@@ -79,7 +79,7 @@ def _profile(pid: int, out: Path, seconds: float) -> subprocess.Popen[bytes] | N
 
 
 def measure(kind: str, work: Path, *, jobs: int, points: int, duration_s: float, rounds: int,
-            profile_dir: Path | None = None) -> dict[str, Any]:
+            profile_dir: Path | None = None, post: bool = True, api_env: dict[str, str] | None = None) -> dict[str, Any]:
     with database(kind, work) as url:
         started = time.perf_counter()
         ids = populate(url, jobs, points)
@@ -88,7 +88,7 @@ def measure(kind: str, work: Path, *, jobs: int, points: int, duration_s: float,
         ids_file.write_text("\n".join(ids) + "\n")
         post_file = work / "post-body.json"
         post_file.write_text(json.dumps(tiny_spec("bench-post")))
-        with Stack(work / f"stack-read-{kind}", url, workers=0) as stack:
+        with Stack(work / f"stack-read-{kind}", url, workers=0, **(api_env or {})) as stack:
             headers = {"Authorization": f"Bearer {TOKEN}"}
             sample = httpx.get(f"{stack.url}/v1/jobs/{ids[0]}", headers=headers, timeout=30)
             sample.raise_for_status()
@@ -103,13 +103,18 @@ def measure(kind: str, work: Path, *, jobs: int, points: int, duration_s: float,
                             spy = _profile(stack.services.api.pid, profile_dir / f"get-{kind}.txt", duration_s)
                         runs[name].append(wrk_load.run(base, method="GET", path="/v1/jobs/%s", token=TOKEN, ids_file=ids_file,
                                                        connections=GET_CONNECTIONS, duration_s=duration_s))
-                    for name, base in (("bare_post", bare.url), ("post", stack.url)):
+                    for name, base in (("bare_post", bare.url), ("post", stack.url)) if post else ():
                         runs[name].append(wrk_load.run(base, method="POST", path="/v1/jobs", token=TOKEN, body_file=post_file,
                                                        connections=POST_CONNECTIONS, duration_s=duration_s))
                 if spy is not None:
                     spy.wait(timeout=120)
     med = {name: {m: statistics.median(r[m] for r in rs) for m in ("rps", "p50_ms", "p99_ms")} | {
-        "non2xx": sum(r["non2xx"] for r in rs), "socket_errors": sum(r["socket_errors"] for r in rs)} for name, rs in runs.items()}
+        "non2xx": sum(r["non2xx"] for r in rs), "socket_errors": sum(r["socket_errors"] for r in rs)} for name, rs in runs.items() if rs}
+    if not post:
+        ratio = med["get"]["rps"] / med["bare_get"]["rps"]
+        log.info("%s: GET %.0f req/s p99 %.1f ms vs bare %.0f (%.2fx)", kind, med["get"]["rps"], med["get"]["p99_ms"],
+                 med["bare_get"]["rps"], ratio)
+        return {"body_bytes": len(sample.content), "median": med, "ratios": {"get": ratio}, "runs": runs}
     ratios = {"get": med["get"]["rps"] / med["bare_get"]["rps"], "post": med["post"]["rps"] / med["bare_post"]["rps"]}
     log.info("%s: GET %.0f req/s p99 %.1f ms vs bare %.0f (%.2fx) | POST %.0f req/s p99 %.1f ms vs bare %.0f (%.2fx)", kind,
              med["get"]["rps"], med["get"]["p99_ms"], med["bare_get"]["rps"], ratios["get"],
@@ -138,6 +143,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--profile", type=Path, help="a folder for py-spy's raw profiles of the API under GET load")
     ap.add_argument("--only-db", choices=["sqlite", "postgresql"])
     ap.add_argument("--points", type=int, default=1_000_000)
+    ap.add_argument("--get-only", action="store_true", help="measure GET alone (no POST rounds)")
+    ap.add_argument("--rounds", type=int, help="rounds of each measurement (default 3, --quick 2)")
+    ap.add_argument("--api-env", action="append", default=[], metavar="NAME=VALUE",
+                    help="a setting for the API process, e.g. TORCHYARD_READ_THREADS=8 (repeat for several)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
     if args.profile:
@@ -146,7 +155,8 @@ def main(argv: list[str] | None = None) -> None:
     try:
         kinds = [args.only_db] if args.only_db else ["sqlite"] + (["postgresql"] if pg_available() else [])
         duration_s, rounds = (4.0, 2) if args.quick else (8.0, 3)
-        out = {k: measure(k, work, jobs=10_000, points=args.points, duration_s=duration_s, rounds=rounds, profile_dir=args.profile)
+        out = {k: measure(k, work, jobs=10_000, points=args.points, duration_s=duration_s, rounds=args.rounds or rounds,
+                          profile_dir=args.profile, post=not args.get_only, api_env=dict(e.split("=", 1) for e in args.api_env))
                for k in kinds}
         print(json.dumps({k: {"median": v["median"], "ratios": v["ratios"]} for k, v in out.items()}, indent=1))  # noqa: T201 - CLI output
     finally:

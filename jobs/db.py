@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import fcntl
 import logging
+import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import lru_cache
@@ -45,6 +46,18 @@ def make_engine(url: str) -> Engine:
         sa.event.listen(engine, "connect", _sqlite_pragmas)
         return engine
     return sa.create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20, connect_args=_postgres_timeouts())
+
+
+def postgres_connect_args() -> dict[str, Any]:
+    """The connect and statement timeouts and keepalives of every PostgreSQL connection, as libpq parameters."""
+    return _postgres_timeouts()
+
+
+def sqlite_connect(url: str) -> sqlite3.Connection:
+    """A plain sqlite3 connection to the file of ``url``, with the pragmas every torchyard connection has."""
+    conn = sqlite3.connect(sa.engine.make_url(url).database or "", timeout=30, check_same_thread=False)
+    _sqlite_pragmas(conn, None)
+    return conn
 
 
 def _postgres_timeouts() -> dict[str, Any]:

@@ -21,7 +21,7 @@ from rq import Queue, Worker
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session
 
-from jobs import artifacts, gang, limits, queue, secrets
+from jobs import artifacts, gang, job_read, limits, queue, secrets
 from jobs.models import Attempt, Checkpoint, IdempotencyKey, Job, JobSecret, MetricPoint, Status, Transition
 from jobs.settings import Settings
 from jobs.states import TransitionRefused, transition
@@ -334,17 +334,6 @@ def transitions(session: Session, job_id: str) -> list[Transition]:
     return list(session.exec(query).scalars())  # type: ignore[call-overload]
 
 
-# GET /v1/jobs/{id} is the hottest read. Its statements are built once, with bound parameters, and run on the
-# Core connection: building a WHERE per call, ORM loading and identity-map bookkeeping cost several times
-# the queries themselves on its profile (bench/read_path.py --profile).
-_JOB_BY_ID = sa.select(*Job.__table__.columns).where(Job.id == sa.bindparam("job_id"))  # type: ignore[attr-defined]
-_ATTEMPT_ROWS = (sa.select(*Attempt.__table__.columns).where(Attempt.job_id == sa.bindparam("job_id"))  # type: ignore[attr-defined]
-                 .order_by(Attempt.attempt))
-_TRANSITION_ROWS = (sa.select(*Transition.__table__.columns).where(Transition.job_id == sa.bindparam("job_id"))  # type: ignore[attr-defined]
-                    .order_by(Transition.id))
-_SECRET_NAMES = sa.select(JobSecret.names).where(JobSecret.job_id == sa.bindparam("job_id"))  # type: ignore[arg-type]
-
-
 def waiting_reason(session: Session, redis: Redis, job: Job, settings: Settings, position: int | None) -> str | None:
     """Why a queued job has not started, in words; None unless it is queued."""
     if job.status != Status.QUEUED.value:
@@ -387,33 +376,38 @@ class JobDetail:
     values: dict[str, Any]  # the job's columns
     queue_position: int | None
     waiting_reason: str | None
-    attempts: list[Any]  # rows with Attempt's columns
-    transitions: list[Any]  # rows with Transition's columns
+    attempts: list[Any]  # Attempt's columns but job_id, as dicts (jobs.job_read)
+    transitions: list[Any]  # Transition's columns but id and job_id, as dicts
     nodes_needed: int | None = None  # multi-node jobs while queued: workers the gang needs at once
     workers_free: int | None = None  # and idle workers serving its queue now
     secret_names: list[str] = field(default_factory=list)
 
 
 def job_detail(session: Session, redis: Redis, settings: Settings, owner: str, job_id: str) -> JobDetail:
-    conn, params = session.connection(), {"job_id": job_id}
-    row = conn.execute(_JOB_BY_ID, params).first()
-    if row is None or row.owner != owner:
+    rows = job_read.read(session.connection(), job_id)
+    if rows is None or rows.values["owner"] != owner:
         raise JobNotFound(job_id)  # another owner's job is indistinguishable from a missing one
-    values = dict(row._mapping)
+    return detail_of(rows, session, redis, settings)
+
+
+def detail_of(rows: job_read.JobRows, session: Session | None, redis: Redis, settings: Settings) -> JobDetail:
+    """The detail of a job read by ``job_read.read``; a queued job's also asks Redis (and SQL, through ``session``)
+    where it stands, so ``session`` may be None only for a job that is not queued."""
     # Read-only attribute access to the row: a Job instance's instrumented construction cost more than the queries.
-    job: Any = SimpleNamespace(**values)
-    position = queue.queue_position(redis, job) if job.status == Status.QUEUED.value else None
+    job: Any = SimpleNamespace(**rows.values)
+    if job.status != Status.QUEUED.value:
+        return JobDetail(job, rows.values, None, None, rows.attempts, rows.transitions, secret_names=rows.secret_names)
+    assert session is not None, "a queued job's detail counts the owner's running jobs in SQL"
+    position = queue.queue_position(redis, job)
     nodes_needed = workers_free = None
-    if job.status == Status.QUEUED.value and gang.nnodes(job.spec) > 1:
+    if gang.nnodes(job.spec) > 1:
         nodes_needed = gang.nnodes(job.spec)
         try:
             workers_free = gang.capacity(redis, job.queue)[0]
         except RedisError:
             workers_free = None
-    names = conn.execute(_SECRET_NAMES, params).scalar()
-    return JobDetail(job, values, position, waiting_reason(session, redis, job, settings, position),
-                     list(conn.execute(_ATTEMPT_ROWS, params)), list(conn.execute(_TRANSITION_ROWS, params)), nodes_needed,
-                     workers_free, list(names or []))
+    return JobDetail(job, rows.values, position, waiting_reason(session, redis, job, settings, position),
+                     rows.attempts, rows.transitions, nodes_needed, workers_free, rows.secret_names)
 
 
 @dataclass(frozen=True)

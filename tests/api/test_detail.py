@@ -5,10 +5,12 @@ from __future__ import annotations
 from fastapi.testclient import TestClient
 from rq import Worker
 
+from api.schemas import AttemptOut, JobOut, TransitionOut
+from jobs import service
 from jobs.models import Status
 from jobs.settings import Settings
 from jobs.states import transition
-from tests.api.conftest import finish_job, mlp_spec, session_of, start_job
+from tests.api.conftest import finish_job, key_headers, mlp_spec, session_of, start_job
 
 
 def test_detail_shows_attempts_and_transitions(client: TestClient, settings: Settings) -> None:
@@ -60,3 +62,46 @@ def test_waiting_reason_running_cap(client: TestClient, settings: Settings, rq_w
     start_job(settings, running["id"])
     waiting = client.get(f"/v1/jobs/{client.post('/v1/jobs', json=mlp_spec()).json()['id']}").json()
     assert waiting["waiting_reason"] == "over the owner's running-job cap: 1 running, the cap is 1"
+
+
+def test_detail_after_each_change_shows_it_at_once(client: TestClient, settings: Settings) -> None:
+    """A GET right after a transition committed by another connection sees it: no earlier answer or snapshot is served."""
+    job_id = client.post("/v1/jobs", json=mlp_spec()).json()["id"]
+    seen = [client.get(f"/v1/jobs/{job_id}").json()["status"]]
+    start_job(settings, job_id)
+    seen.append(client.get(f"/v1/jobs/{job_id}").json()["status"])
+    for _ in range(3):  # the same answer read again, then the change: still seen on the next GET
+        client.get(f"/v1/jobs/{job_id}")
+    with session_of(settings) as s:
+        transition(s, job_id, Status.CANCELLING, expect=[Status.RUNNING], reason="cancel requested")
+    seen.append(client.get(f"/v1/jobs/{job_id}").json()["status"])
+    finish_job(settings, job_id, to=Status.CANCELLED, reason="cancelled")
+    detail = client.get(f"/v1/jobs/{job_id}").json()
+    seen.append(detail["status"])
+    assert seen == ["queued", "running", "cancelling", "cancelled"]
+    assert [t["to_status"] for t in detail["transitions"]] == ["running", "cancelling", "cancelled"]
+    assert detail["attempts"][0]["outcome"] == "cancelled" and detail["attempts"][0]["finished_at"] is not None
+
+
+def test_detail_attempts_and_transitions_are_the_stored_rows(client: TestClient, settings: Settings) -> None:
+    """Read in one statement, they are field for field what the ORM loads, times as aware UTC with microseconds."""
+    job_id = client.post("/v1/jobs", json=mlp_spec(retries=1)).json()["id"]
+    start_job(settings, job_id, worker="w1")
+    finish_job(settings, job_id)
+    detail = client.get(f"/v1/jobs/{job_id}").json()
+    with session_of(settings) as s:
+        attempts = [AttemptOut.model_validate(a, from_attributes=True).model_dump(mode="json") for a in service.attempts(s, job_id)]
+        transitions = [TransitionOut.model_validate(t, from_attributes=True).model_dump(mode="json")
+                       for t in service.transitions(s, job_id)]
+        job = service.get_job(s, "admin", job_id)
+    assert detail["attempts"] == attempts and detail["transitions"] == transitions
+    assert detail["updated_at"] == JobOut.of(job).model_dump(mode="json")["updated_at"]
+    assert all(t["at"].endswith("Z") for t in detail["transitions"])
+
+
+def test_detail_of_another_owners_job_is_not_found(client: TestClient, settings: Settings) -> None:
+    job_id = client.post("/v1/jobs", json=mlp_spec()).json()["id"]
+    start_job(settings, job_id)  # not queued: the read that needs no Redis
+    other = key_headers(client, "bob")
+    assert client.get(f"/v1/jobs/{job_id}", headers=other).status_code == 404
+    assert client.get("/v1/jobs/no-such-job", headers=other).json()["status"] == 404
