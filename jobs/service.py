@@ -93,21 +93,22 @@ def submit(
         spec=spec.visible_dump(), max_attempts=spec.retries + 1,
     )
     try:
-        with limits.owner_lock(session, owner):
-            # Again under the lock: a concurrent duplicate may have committed while we waited for it.
-            if idempotency_key and (existing := _idempotent_job(session, owner, idempotency_key, digest)):
-                session.rollback()
-                return Submission(existing, replayed=True)
-            if settings is not None:
-                limits.check_submit(session, owner, settings)
-            session.add(job)
-            session.flush()  # the job row first: the idempotency and secrets rows reference it
-            if spec.secrets:
-                assert settings is not None  # request_hash refused secrets without settings
-                secrets.store(session, job.id, spec.secret_values(), settings)
-            if idempotency_key:
-                session.add(IdempotencyKey(owner=owner, key=idempotency_key, request_hash=digest, job_id=job.id))
-            session.commit()
+        session.add(job)
+        session.flush()  # the job row first: the idempotency and secrets rows reference it
+        if spec.secrets:
+            assert settings is not None  # request_hash refused secrets without settings
+            secrets.store(session, job.id, spec.secret_values(), settings)
+        if idempotency_key:
+            # A concurrent duplicate collides here on the (owner, key) primary key: IntegrityError below.
+            session.add(IdempotencyKey(owner=owner, key=idempotency_key, request_hash=digest, job_id=job.id))
+            session.flush()
+        # Last before the commit: on PostgreSQL the owner's counter row stays locked until the commit, and this
+        # is the only thing concurrent submissions of one owner wait on.
+        if settings is not None:
+            limits.take_queued_slot(session, owner, settings.max_queued_per_owner)
+        else:
+            limits.move_queued(session, owner, 1)
+        session.commit()
     except IntegrityError:
         session.rollback()
         existing = _idempotent_job(session, owner, idempotency_key, digest) if idempotency_key else None
@@ -290,6 +291,7 @@ def retry(session: Session, redis: Redis, owner: str, job_id: str) -> Job:
     session.add(job)
     session.flush()
     secrets.copy(session, old.id, job.id)
+    limits.move_queued(session, owner, 1)  # the route checked the cap (limits.check_submit)
     session.commit()
     session.refresh(job)
     queue.enqueue(redis, job)
