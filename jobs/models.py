@@ -128,6 +128,17 @@ class Job(SQLModel, table=True):
     adjustments: list[dict[str, Any]] = Field(default_factory=list, sa_column=Column(JSON, nullable=False, server_default="[]"))
 
 
+class OwnerCounter(SQLModel, table=True):
+    """An owner's queued jobs, counted as they change, so the queued-job cap is one conditional UPDATE of this row
+    instead of a COUNT under a per-owner lock. Moved in the same transaction as every insert of a queued job
+    (jobs.service) and every status change into or out of ``queued`` (jobs.states.transition)."""
+
+    __tablename__ = "owner_counters"
+
+    owner: str = Field(primary_key=True, max_length=64)
+    queued: int = 0
+
+
 class Transition(SQLModel, table=True):
     __tablename__ = "job_transitions"
     # A job's transitions in order (details, the event feed's polls) are one index range.

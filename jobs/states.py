@@ -1,7 +1,8 @@
 """The job state machine. Every status change goes through ``transition``.
 
 Each change is one guarded UPDATE (``WHERE id = :id AND status = :seen``) plus a row in
-the transitions table, in one transaction, so an API cancel, a worker finish and the
+the transitions table (and, into or out of ``queued``, a move of the owner's counter for the
+queued-job cap, jobs.limits), in one transaction, so an API cancel, a worker finish and the
 reconciler can race without clobbering each other: exactly one of them wins.
 """
 
@@ -14,6 +15,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlmodel import Session
 
+from jobs import limits
 from jobs.models import Job, Status, Transition, utcnow
 
 log = logging.getLogger(__name__)
@@ -61,7 +63,8 @@ def transition(
         where.append(Job.owner == owner)
     where.extend(guard)
     for _ in range(5):
-        current = session.exec(sa.select(Job.status).where(*where)).scalar_one_or_none()  # type: ignore[call-overload]
+        seen = session.exec(sa.select(Job.status, Job.owner).where(*where)).first()  # type: ignore[call-overload]
+        current = seen.status if seen is not None else None
         if current is None or Status(current) not in allowed_from:
             session.rollback()
             raise TransitionRefused(job_id, current, to)
@@ -73,6 +76,8 @@ def transition(
         if result.rowcount == 1:
             attempt = session.exec(sa.select(Job.attempt).where(Job.id == job_id)).scalar_one()  # type: ignore[call-overload]
             session.add(Transition(job_id=job_id, at=now, from_status=current, to_status=to.value, attempt=attempt, reason=reason))
+            if (current == Status.QUEUED.value) != (to is Status.QUEUED):
+                limits.move_queued(session, seen.owner, 1 if to is Status.QUEUED else -1)
             session.commit()
             log.info("job %s: %s -> %s (%s)", job_id, current, to.value, reason, extra={"job_id": job_id})
             job = session.get(Job, job_id, populate_existing=True)
