@@ -53,13 +53,6 @@ def _over_queued_cap(owner: str, queued: int, cap: int) -> OverLimit:
     )
 
 
-def check_submit(session: Session, owner: str, settings: Settings) -> None:
-    """Refuse when the owner is at the queued cap now (a check only; ``take_queued_slot`` is what submissions use)."""
-    queued = count(session, owner, (Status.QUEUED.value,))
-    if queued >= settings.max_queued_per_owner:
-        raise _over_queued_cap(owner, queued, settings.max_queued_per_owner)
-
-
 def _ensure_row(conn: sa.Connection, owner: str) -> None:
     """The owner's counter row, made at zero if missing; a concurrent maker of it wins and this does nothing."""
     dialect = postgresql if conn.dialect.name == "postgresql" else sqlite

@@ -284,9 +284,10 @@ def remove_run_dir(settings: Settings, run_dir: Path) -> None:
     shutil.rmtree(target, ignore_errors=True)
 
 
-def retry(session: Session, redis: Redis, owner: str, job_id: str) -> Job:
+def retry(session: Session, redis: Redis, owner: str, job_id: str, queued_cap: int) -> Job:
     """Run a finished job again as a new job (``retry_of`` names the old one) that starts from the
-    old job's latest checkpoint. Terminal states stay final, so history is never rewritten."""
+    old job's latest checkpoint. Terminal states stay final, so history is never rewritten. The new job
+    takes a queued slot like a submission (``limits.OverLimit`` at ``queued_cap``)."""
     old = get_job(session, owner, job_id)
     if not Status(old.status).terminal:
         raise JobConflict(f"job {job_id} is {old.status}; only a finished job can be retried")
@@ -299,7 +300,7 @@ def retry(session: Session, redis: Redis, owner: str, job_id: str) -> Job:
     session.add(job)
     session.flush()
     secrets.copy(session, old.id, job.id)
-    limits.move_queued(session, owner, 1)  # the route checked the cap (limits.check_submit)
+    limits.take_queued_slot(session, owner, queued_cap)  # last before the commit, as in submit
     session.commit()
     session.refresh(job)
     queue.enqueue(redis, job)

@@ -16,7 +16,7 @@ from api.auth import PrincipalDep
 from api.deps import RedisDep, SessionDep, SettingsDep
 from api.job_reader import JobReader
 from api.schemas import CheckpointList, CheckpointOut, JobList, JobOut, MetricList, MetricOut
-from jobs import artifacts, bundles, job_read, limits, service
+from jobs import artifacts, bundles, job_read, service
 from jobs.models import Status
 from jobs.settings import Settings
 from trainer.spec import AnySpec, SpecError, SpecProblem, spec_problems
@@ -134,8 +134,7 @@ def retry_job(job_id: JobId, principal: PrincipalDep, session: SessionDep, redis
            f"{', '.join(settings.queues)}") or principal.queue_problem(old.queue)
     if why:
         raise SpecError([SpecProblem(("queue",), why)])
-    limits.check_submit(session, principal.owner, settings)  # a retry is a new queued job
-    job = service.retry(session, redis, principal.owner, job_id)
+    job = service.retry(session, redis, principal.owner, job_id, settings.max_queued_per_owner)  # a new queued job
     return JobOut.detail(service.job_detail(session, redis, settings, principal.owner, job.id))
 
 

@@ -126,6 +126,10 @@ def test_the_counter_follows_every_change_of_status(settings: Settings) -> None:
         # Room for exactly two more
         assert [submit(alice).status_code for _ in range(3)] == [201, 201, 429]
         _assert_counted(capped, "alice", "bob")
+        # At the cap a retry is refused like a submission, in the same statement, and takes no slot
+        refused = client.post(f"/v1/jobs/{ids[1]}/retry", headers=alice)
+        assert refused.status_code == 429 and "the cap is 4" in refused.json()["detail"]
+        assert _counted(capped, "alice") == (4, 4)
 
 
 _INSERT = ("INSERT INTO jobs (id, owner, name, kind, status, queue, spec, labels, attempt, max_attempts, created_at, updated_at, "
