@@ -14,6 +14,7 @@ from redis import Redis
 from jobs.db import get_engine, init_db
 from jobs.settings import Settings
 from stack.redis_server import RedisServer
+from tests import postgres_server
 from tests.helpers import ADMIN_TOKEN, Services
 
 POSTGRES_ADMIN_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -29,6 +30,15 @@ def _postgres_answers() -> bool:
 
 
 POSTGRES = _postgres_answers()
+
+
+@pytest.fixture
+def own_postgres() -> Iterator[postgres_server.PostgresServer]:
+    """A private PostgreSQL cluster the test may stop, restart or freeze (``initdb``/``pg_ctl``)."""
+    server = postgres_server.PostgresServer().init().start()
+    yield server
+    get_engine.cache_clear()
+    server.destroy()
 
 
 @pytest.fixture(scope="session")

@@ -3,7 +3,6 @@ must cost no failed request, and a database that is down answers 503 as on every
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,14 +16,6 @@ from tests.api.conftest import ADMIN, mlp_spec, start_job
 from tests.conftest import make_settings
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not postgres_server.available(), reason="needs initdb and pg_ctl")]
-
-
-@pytest.fixture
-def own_postgres() -> Iterator[postgres_server.PostgresServer]:
-    server = postgres_server.PostgresServer().init().start()
-    yield server
-    get_engine.cache_clear()
-    server.destroy()
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -27,14 +26,6 @@ TERMINAL = {"succeeded", "failed", "cancelled"}
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not postgres_server.available(), reason="initdb/pg_ctl (and a postgres user when root) needed")]
-
-
-@pytest.fixture
-def own_postgres() -> Iterator[postgres_server.PostgresServer]:
-    server = postgres_server.PostgresServer().init().start()
-    yield server
-    get_engine.cache_clear()
-    server.destroy()
 
 
 @pytest.fixture

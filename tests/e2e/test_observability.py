@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import shutil
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,7 +13,9 @@ import pytest
 from typer.testing import CliRunner
 
 from cli.main import app as cli_app
-from tests.helpers import Services, free_port, wait_until
+from stack.mlflow_server import mlflow_command
+from stack.mlflow_server import mlflow_server as start_mlflow_server
+from tests.helpers import Services
 
 pytestmark = pytest.mark.slow
 
@@ -107,36 +106,10 @@ def test_tensorboard_profiler_and_system_metrics(services: Services, tmp_path: P
 
 @pytest.fixture
 def mlflow_server(tmp_path: Path) -> Iterator[str]:
-    pytest.importorskip("mlflow", reason="mlflow is not installed (pip install -e '.[dev]' installs it)")
-    if shutil.which("mlflow") is None and not Path(sys.executable).with_name("mlflow").exists():
-        pytest.skip("the mlflow command is not installed")
-    port = free_port()
-    log = (tmp_path / "mlflow.log").open("wb")
-    proc = subprocess.Popen(
-        [str(Path(sys.executable).with_name("mlflow")), "server", "--host", "127.0.0.1", "--port", str(port),
-         "--backend-store-uri", f"sqlite:///{tmp_path / 'mlflow.db'}", "--artifacts-destination", str(tmp_path / "mlartifacts"),
-         "--workers", "1"],
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-
-    def up() -> bool:
-        assert proc.poll() is None, (tmp_path / "mlflow.log").read_text()[-3000:]
-        try:
-            return httpx.get(f"{url}/health", timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    try:
-        wait_until(up, 180, interval_s=0.5, what="mlflow server")
+    if mlflow_command() is None:
+        pytest.skip("mlflow is not installed (pip install -e '.[dev]' installs it)")
+    with start_mlflow_server(tmp_path) as url:
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
 
 
 def test_mlflow_round_trip(services: Services, mlflow_server: str) -> None:
