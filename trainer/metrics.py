@@ -119,11 +119,12 @@ class MetricsReporter:
         self._pending = _Pending(step, epoch, stats, work, elapsed, steps, lr, grad_norm is not None, time.time(), width)
         self.reset_window(step)
 
-    def flush(self) -> dict[str, float]:
-        """Complete the report in flight, if any: wait for its all-reduce and write its metric event."""
+    def flush(self) -> None:
+        """Complete the report in flight, if any: wait for its all-reduce and write its metric event.
+        Its values are what the next ``train_step`` returns."""
         p, self._pending = self._pending, None
         if p is None:
-            return {}
+            return
         if p.work is not None:
             p.work.wait()
             p.stats[:2] /= self.rank.world_size  # the grad norm is already global; averaging equal values keeps it
@@ -145,7 +146,6 @@ class MetricsReporter:
         values.update(self._system_values(sampled, p.width))
         self.events.emit("metric", step=p.step, epoch=p.epoch, values=values, time=p.wall)
         self._completed = values
-        return values
 
     def global_mean(self, value: torch.Tensor) -> float:
         """This rank's value averaged over the ranks; a collective on every rank."""
