@@ -84,8 +84,7 @@ def _loader(columns: list[sa.Column[Any]]) -> Any:
         out = []
         for values in arrays or ():
             for i in stamps:
-                if values[i] is not None:
-                    values[i] = datetime.fromisoformat(values[i]).replace(tzinfo=timezone.utc)
+                values[i] = _utc(values[i])
             out.append(dict(zip(names, values, strict=True)))
         return out
 
