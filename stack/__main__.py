@@ -82,15 +82,20 @@ def _probe_url(host: str, port: int) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
-def _ready(url: str, redis_url: str, workers: list[str]) -> bool:
-    """The API answers /readyz, and every worker has registered with RQ (so its start-up lines are behind us)."""
+def _ready(url: str, redis_url: str, workers: dict[str, int | None]) -> bool:
+    """The API answers /readyz, and every worker (RQ name: pid) has registered and finished its start-up (RQ marks
+    it idle after cleaning its registries), so the ready block comes after every start-up line."""
     try:
         if httpx.get(f"{url}/readyz", timeout=2).status_code != 200:
             return False
-        registered = {w.decode() for w in Redis.from_url(redis_url, socket_connect_timeout=2).smembers("rq:workers")}
+        redis = Redis.from_url(redis_url, socket_connect_timeout=2, decode_responses=True)
+        for name, pid in workers.items():
+            pid_now, state = redis.hmget(f"rq:worker:{name}", ["pid", "state"])
+            if pid_now != str(pid) or state not in ("idle", "busy"):
+                return False
     except (httpx.HTTPError, RedisError):
         return False
-    return all(f"rq:worker:{name}" in registered for name in workers)
+    return True
 
 
 def banner(url: str, token: str) -> str:
@@ -142,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         for child in children:
             child.start()
         deadline = time.monotonic() + READY_TIMEOUT_S
-        while not signals and not _ready(url, redis_url, names):
+        while not signals and not _ready(url, redis_url, {n: w.pid for n, w in zip(names, workers, strict=True)}):
             dead = [c for c in children if not c.running()]
             if dead or time.monotonic() > deadline:
                 # Exiting before ever answering is a configuration error (a port in use, a bad setting): restarting
