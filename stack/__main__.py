@@ -168,7 +168,8 @@ def main(argv: list[str] | None = None) -> int:
         log.info("stopping: the worker(s) requeue their jobs, then the API and Redis stop (Ctrl+C again to kill)")
         return code
     finally:
-        stop_all(children, grace_s=60.0, forced=lambda: signals > 1)
+        # A worker's job gets TORCHYARD_STOP_GRACE_S to checkpoint before its ranks are killed; then the worker requeues it.
+        stop_all(children, grace_s=settings.stop_grace_s + 30, forced=lambda: signals > 1)
         if redis:
             redis.stop()
 
