@@ -100,9 +100,10 @@ def _ready(url: str, redis_url: str, workers: dict[str, int | None]) -> bool:
 
 def banner(url: str, token: str) -> str:
     return "\n".join([
-        f"torchyard is up at {url}",
+        f"torchyard is up at {url} (dashboard: {url}/)",
         f"  admin token: {token}",
         f"  try:         curl -H 'Authorization: Bearer {token}' {url}/v1/jobs",
+        f"  CLI:         export TORCHYARD_URL={url} TORCHYARD_API_KEY={token}",
         "  stop:        Ctrl+C",
     ])
 
