@@ -160,6 +160,7 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(0.2)
         if signals:
             return code
+        time.sleep(0.5)  # the children's lines of that moment (the probe's access line) come out first: the block is last
         log.info("%s", banner(f"http://{args.host}:{args.port}", token))
         while not signals:
             now = time.monotonic()
