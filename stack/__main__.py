@@ -143,7 +143,6 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, _stop)
     signal.signal(signal.SIGTERM, _stop)
     url = _probe_url(args.host, args.port)
-    code = 0
     try:
         for child in children:
             child.start()
@@ -153,13 +152,12 @@ def main(argv: list[str] | None = None) -> int:
             if dead or time.monotonic() > deadline:
                 # Exiting before ever answering is a configuration error (a port in use, a bad setting): restarting
                 # would only repeat it.
-                what = ", ".join(f"{c.name} exited with {c.proc.returncode}" for c in dead if c.proc) or "no answer"
-                log.error("torchyard did not start within %.0f s (%s); see the lines above", READY_TIMEOUT_S, what)
-                code = 1
-                return code
+                why = ", ".join(f"{c.name} exited with code {c.proc.returncode}" for c in dead if c.proc)
+                log.error("torchyard did not start (%s); see the lines above", why or f"no answer within {READY_TIMEOUT_S:.0f} s")
+                return 1
             time.sleep(0.2)
         if signals:
-            return code
+            return 0
         time.sleep(0.5)  # the children's lines of that moment (the probe's access line) come out first: the block is last
         log.info("%s", banner(f"http://{args.host}:{args.port}", token))
         while not signals:
@@ -168,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
                 child.tend(now)
             time.sleep(0.2)
         log.info("stopping: the worker(s) requeue their jobs, then the API and Redis stop (Ctrl+C again to kill)")
-        return code
+        return 0
     finally:
         # A worker's job gets TORCHYARD_STOP_GRACE_S to checkpoint before its ranks are killed; then the worker requeues it.
         stop_all(children, grace_s=settings.stop_grace_s + 30, forced=lambda: signals > 1)
