@@ -517,7 +517,7 @@ def up(
     port: Annotated[int, typer.Option(help="API port.")] = 8000,
     workers: Annotated[int, typer.Option(min=1, help="Worker processes (one job each at a time).")] = 1,
 ) -> None:
-    """Run the whole service locally: API, worker(s) and a private Redis if none answers (python -m stack)."""
+    """Run the whole service locally: API, worker(s) and a private Redis unless TORCHYARD_REDIS_URL is set (python -m stack)."""
     argv = [sys.executable, "-m", "stack", "--host", host, "--port", str(port), "--workers", str(workers)]
     url = f"http://{host}:{port}"
     console.print(f"dashboard: [bold]{url}/[/] (sign in with the admin token below)\n"

@@ -7,9 +7,10 @@ from __future__ import annotations
 import argparse
 import fcntl
 import logging
+import os
 import sqlite3
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -42,10 +43,18 @@ def make_engine(url: str) -> Engine:
         path = sa.engine.make_url(url).database
         if path and path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
+            _create_private(path)
         engine = sa.create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
         sa.event.listen(engine, "connect", _sqlite_pragmas)
         return engine
     return sa.create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20, connect_args=_postgres_timeouts())
+
+
+def _create_private(path: str) -> None:
+    """Create ``path`` 0600 if it does not exist: SQLite gives its -wal, -shm and journal the main file's mode, and
+    the database holds every API key's hash and every job's record, nothing a job's uid may read or write."""
+    with suppress(FileExistsError):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
 
 
 def postgres_connect_args() -> dict[str, Any]:
@@ -125,7 +134,7 @@ def _sqlite_file_lock(engine: Engine) -> Iterator[None]:
     if not path or path == ":memory:":
         yield
         return
-    with open(f"{path}.migrate-lock", "a+") as lock:
+    with os.fdopen(os.open(f"{path}.migrate-lock", os.O_RDWR | os.O_CREAT, 0o600), "r+") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             yield

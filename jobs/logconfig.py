@@ -15,7 +15,7 @@ from typing import Any
 request_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("request_id", default=None)
 
 # Attributes every LogRecord has; anything else came from ``extra`` and is emitted as a field.
-_STANDARD = set(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "taskName"}
+_STANDARD = set(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "taskName", "ids"}
 
 
 class ContextFilter(logging.Filter):
@@ -24,6 +24,9 @@ class ContextFilter(logging.Filter):
             record.request_id = request_id.get()
         if not hasattr(record, "job_id"):
             record.job_id = None
+        # The text format shows only the ids a line has: "[job=None req=None]" on every line is noise.
+        ids = [f"{k}={v}" for k, v in (("job", record.job_id), ("req", record.request_id)) if v is not None]
+        record.ids = f" [{' '.join(ids)}]" if ids else ""
         return True
 
 
@@ -43,7 +46,7 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, default=str)
 
 
-TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s [job=%(job_id)s req=%(request_id)s]: %(message)s"
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s%(ids)s: %(message)s"
 
 
 def configure(level: str = "INFO", fmt: str = "json") -> None:

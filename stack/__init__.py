@@ -1,1 +1,1 @@
-"""The whole service on one machine: API, worker(s) and, when none answers, a private redis-server."""
+"""The whole service on one machine: API, worker(s) and a private redis-server unless TORCHYARD_REDIS_URL is set."""

@@ -1,26 +1,111 @@
 """``python -m stack``: run the whole service locally on the CPU.
 
-Starts the API and worker(s) with SQLite under ./var, and a private redis-server when
-none answers at TORCHYARD_REDIS_URL. Prints the admin token to use with curl.
+Starts the API and worker(s) with SQLite under ./var, and its own private redis-server (a random password, given
+through standard input) unless TORCHYARD_REDIS_URL is set. Restarts the API or a worker that exits; stops everything
+on SIGINT/SIGTERM. Prints the URL, the admin token and a curl line once the API answers /readyz.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import secrets
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
 
+import httpx
+import sqlalchemy as sa
+from redis import Redis
+from redis.exceptions import RedisError
+
+from jobs import logconfig
 from jobs.settings import get_settings
+from stack.children import Child, stop_all
 from stack.redis_server import RedisServer, answers, masked, refuses_auth
 from trainer.pdeathsig import set_not_dumpable
 
-log = logging.getLogger("torchyard")
+log = logging.getLogger("torchyard.stack")
+
+VAR = Path("var")
+READY_TIMEOUT_S = 120.0
+
+
+def protect_var(database_url: str) -> None:
+    """``var/`` 0711: a job's uid may pass through it to its run directory (``var/runs/<id>``) but list nothing. The
+    SQLite file and its companions 0600, the file created so before any process opens it (SQLite gives -wal and
+    -shm the main file's mode)."""
+    old = os.umask(0o077)
+    try:
+        VAR.mkdir(exist_ok=True)
+        VAR.chmod(0o711)
+        url = sa.engine.make_url(database_url)
+        if url.get_backend_name() != "sqlite" or not url.database or url.database == ":memory:":
+            return
+        db = Path(url.database)
+        db.parent.mkdir(parents=True, exist_ok=True)
+        db.touch(mode=0o600, exist_ok=True)
+        # A database made by an earlier version (or by hand) may be wider.
+        for path in (db, *(db.with_name(db.name + s) for s in ("-wal", "-shm", "-journal", ".migrate-lock"))):
+            with contextlib.suppress(FileNotFoundError):
+                path.chmod(0o600)
+    finally:
+        os.umask(old)
+
+
+def choose_redis() -> tuple[str, RedisServer | None] | None:
+    """The Redis URL the children use, and the private server when the stack started one; None to give up."""
+    explicit = os.environ.get("TORCHYARD_REDIS_URL")
+    if explicit:
+        if refuses_auth(explicit):
+            log.error("the Redis at %s refuses the password in TORCHYARD_REDIS_URL (redis://:PASSWORD@host:port/0)",
+                      masked(explicit))
+            return None
+        if not answers(explicit):
+            log.error("nothing answers at TORCHYARD_REDIS_URL=%s; start that Redis, or unset the variable and the stack "
+                      "starts its own", masked(explicit))
+            return None
+        log.info("Redis: using the Redis at %s (TORCHYARD_REDIS_URL)", masked(explicit))
+        return explicit, None
+    # Never whatever answers on localhost:6379: a system Redis is shared with every local user, and jobs.
+    server = RedisServer(VAR / "redis", appendonly=True, password=secrets.token_urlsafe(32)).start(detach=True)
+    log.info("Redis: a private redis-server at %s, data in %s (set TORCHYARD_REDIS_URL to use another)",
+             masked(server.url), server.workdir)
+    return server.url, server
+
+
+def _probe_url(host: str, port: int) -> str:
+    host = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1"}.get(host, host)
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def _ready(url: str, redis_url: str, workers: dict[str, int | None]) -> bool:
+    """The API answers /readyz, and every worker (RQ name: pid) has registered and finished its start-up (RQ marks
+    it idle after cleaning its registries), so the ready block comes after every start-up line."""
+    try:
+        if httpx.get(f"{url}/readyz", timeout=2).status_code != 200:
+            return False
+        redis = Redis.from_url(redis_url, socket_connect_timeout=2, decode_responses=True)
+        for name, pid in workers.items():
+            pid_now, state = redis.hmget(f"rq:worker:{name}", ["pid", "state"])
+            if pid_now != str(pid) or state not in ("idle", "busy"):
+                return False
+    except (httpx.HTTPError, RedisError):
+        return False
+    return True
+
+
+def banner(url: str, token: str) -> str:
+    return "\n".join([
+        f"torchyard is up at {url} (dashboard: {url}/)",
+        f"  admin token: {token}",
+        f"  try:         curl -H 'Authorization: Bearer {token}' {url}/v1/jobs",
+        f"  CLI:         export TORCHYARD_URL={url} TORCHYARD_API_KEY={token}",
+        "  stop:        Ctrl+C",
+    ])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,57 +114,64 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--workers", type=int, default=1, help="worker processes (each runs one job at a time)")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     settings = get_settings()
+    # One format for the stack and its children: text on a terminal unless TORCHYARD_LOG_FORMAT says otherwise.
+    log_format = settings.log_format if "TORCHYARD_LOG_FORMAT" in os.environ else "text"
+    logconfig.configure("INFO", log_format)
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per /readyz probe says nothing
     set_not_dumpable()  # holds the admin token and service settings, like the API and workers it starts
-    env = dict(os.environ)
-    redis: RedisServer | None = None
-    if refuses_auth(settings.redis_url):
-        # A Redis is there: starting a private one instead would split the queues between two servers.
-        log.error("the Redis at %s refuses the password in TORCHYARD_REDIS_URL (redis://:PASSWORD@host:port/0)",
-                  masked(settings.redis_url))
+    protect_var(settings.database_url)
+    chosen = choose_redis()
+    if chosen is None:
         return 2
-    if not answers(settings.redis_url):
-        redis = RedisServer(Path("var/redis"), appendonly=True).start()
-        env["TORCHYARD_REDIS_URL"] = redis.url
-        log.info("no Redis at %s; started a private redis-server at %s", masked(settings.redis_url), redis.url)
-    else:
-        log.info("using the Redis at %s", masked(settings.redis_url))
+    redis_url, redis = chosen
     token = settings.admin_token or secrets.token_urlsafe(24)
-    env["TORCHYARD_ADMIN_TOKEN"] = token
+    env = {**os.environ, "TORCHYARD_REDIS_URL": redis_url, "TORCHYARD_ADMIN_TOKEN": token, "TORCHYARD_LOG_FORMAT": log_format}
 
-    children = [subprocess.Popen([sys.executable, "-m", "api", "--host", args.host, "--port", str(args.port)], env=env)]
-    for i in range(args.workers):
-        children.append(subprocess.Popen([sys.executable, "-m", "worker", "--name", f"local-{i}"], env=env))
+    api = Child("api", [sys.executable, "-m", "api", "--host", args.host, "--port", str(args.port)], env)
+    names = [f"local-{i}" for i in range(args.workers)]
+    workers = [Child(f"worker {name}", [sys.executable, "-m", "worker", "--name", name], env) for name in names]
+    children = [api, *workers]
 
-    log.info("torchyard is up at http://%s:%d", args.host, args.port)
-    log.info("admin token: %s", token)
-    log.info("try: curl -H 'Authorization: Bearer %s' http://%s:%d/v1/jobs", token, args.host, args.port)
+    signals = 0
 
-    stopping = False
-
-    def _stop(signum: int, _frame: object) -> None:
-        nonlocal stopping
-        stopping = True
+    def _stop(_signum: int, _frame: object) -> None:
+        nonlocal signals
+        signals += 1
 
     signal.signal(signal.SIGINT, _stop)
     signal.signal(signal.SIGTERM, _stop)
+    url = _probe_url(args.host, args.port)
     try:
-        while not stopping and all(c.poll() is None for c in children):
-            time.sleep(0.5)
+        for child in children:
+            child.start()
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while not signals and not _ready(url, redis_url, {n: w.pid for n, w in zip(names, workers, strict=True)}):
+            dead = [c for c in children if not c.running()]
+            if dead or time.monotonic() > deadline:
+                # Exiting before ever answering is a configuration error (a port in use, a bad setting): restarting
+                # would only repeat it.
+                why = ", ".join(f"{c.name} exited with code {c.proc.returncode}" for c in dead if c.proc)
+                log.error("torchyard did not start (%s); see the lines above", why or f"no answer within {READY_TIMEOUT_S:.0f} s")
+                return 1
+            time.sleep(0.2)
+        if signals:
+            return 0
+        time.sleep(0.5)  # the children's lines of that moment (the probe's access line) come out first: the block is last
+        log.info("%s", banner(f"http://{args.host}:{args.port}", token))
+        while not signals:
+            now = time.monotonic()
+            for child in children:
+                child.tend(now)
+            time.sleep(0.2)
+        log.info("stopping: the worker(s) requeue their jobs, then the API and Redis stop (Ctrl+C again to kill)")
+        return 0
     finally:
-        for child in children:
-            if child.poll() is None:
-                child.send_signal(signal.SIGTERM)
-        for child in children:
-            try:
-                child.wait(60)
-            except subprocess.TimeoutExpired:
-                child.kill()
+        # A worker's job gets TORCHYARD_STOP_GRACE_S to checkpoint before its ranks are killed; then the worker requeues it.
+        stop_all(children, grace_s=settings.stop_grace_s + 30, forced=lambda: signals > 1)
         if redis:
             redis.stop()
-    return 0 if stopping else 1
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -11,6 +12,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 from redis import Redis
 from redis.exceptions import AuthenticationError, RedisError
+
+from trainer.pdeathsig import set_parent_death_signal
 
 
 def free_port() -> int:
@@ -57,9 +60,19 @@ def refuses_auth(url: str) -> bool:
     return False
 
 
+def _die_with_parent() -> None:
+    set_parent_death_signal(signal.SIGTERM)
+
+
+def _quoted(value: str) -> str:
+    """``value`` as a double-quoted redis.conf string."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
 class RedisServer:
-    """``redis-server`` on a free loopback port, data in ``workdir``, with ``requirepass`` when a password is
-    given (as compose runs it); stop() ends it."""
+    """``redis-server`` on a free loopback port, data in ``workdir`` (made 0700), with ``requirepass`` when a
+    password is given; stop() ends it. Its whole configuration goes in through standard input
+    (``redis-server -``): ``/proc/PID/cmdline`` is readable by every user, so argv must never hold the password."""
 
     def __init__(self, workdir: Path, port: int | None = None, appendonly: bool = False, password: str | None = None):
         self.workdir, self.port, self.appendonly, self.password = workdir, port or free_port(), appendonly, password
@@ -70,15 +83,27 @@ class RedisServer:
         auth = f":{self.password}@" if self.password else ""
         return f"redis://{auth}127.0.0.1:{self.port}/0"
 
-    def start(self, timeout_s: float = 10.0) -> RedisServer:
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        cmd = [
-            redis_binary(), "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.workdir),
-            "--save", "", "--appendonly", "yes" if self.appendonly else "no", "--maxmemory-policy", "noeviction",
+    def config(self) -> str:
+        """The redis.conf text the server is started with."""
+        lines = [
+            f"port {self.port}", "bind 127.0.0.1", f"dir {_quoted(str(self.workdir.resolve()))}", 'save ""',
+            f"appendonly {'yes' if self.appendonly else 'no'}", "maxmemory-policy noeviction",
         ]
         if self.password:
-            cmd += ["--requirepass", self.password]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            lines.append(f"requirepass {_quoted(self.password)}")
+        return "\n".join(lines) + "\n"
+
+    def start(self, timeout_s: float = 10.0, detach: bool = False) -> RedisServer:
+        """Start the server. ``detach``: in a session of its own, so a terminal's Ctrl+C does not stop it before its
+        clients, and sent SIGTERM should the process that started it die (Linux)."""
+        self.workdir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.workdir.chmod(0o700)  # the AOF holds every queued task: nothing for other users to read
+        self.proc = subprocess.Popen([redis_binary(), "-"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL, start_new_session=detach,
+                                     preexec_fn=_die_with_parent if detach else None)  # noqa: PLW1509 - no threads then
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(self.config().encode())
+        self.proc.stdin.close()
         deadline = time.monotonic() + timeout_s
         while not answers(self.url):
             if self.proc.poll() is not None or time.monotonic() > deadline:

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import shutil
 import socket
 
+from jobs import logconfig
 from jobs.db import get_engine, init_db
 from jobs.queue import redis_client
 from jobs.reconciler import ReconcilerLoop
@@ -26,9 +26,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--burst", action="store_true", help="exit when the queues are empty")
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-
     settings = get_settings()
+    logconfig.configure(args.log_level, settings.log_format)  # one format with the API's (TORCHYARD_LOG_FORMAT)
     if settings.executor == "slurm":
         absent = [name for name in SLURM_COMMANDS
                   if shutil.which(name if settings.slurm_bin_dir is None else str(settings.slurm_bin_dir / name)) is None]

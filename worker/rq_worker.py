@@ -6,10 +6,32 @@ import contextlib
 import logging
 import os
 import signal
+import socket
+from pathlib import Path
 
 from rq import Worker
 
 log = logging.getLogger(__name__)
+
+
+def process_alive(pid: int) -> bool:
+    """``pid`` is a running process of this host (a zombie counts as gone: it will never heartbeat again)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    except OSError:
+        pass
+    else:
+        # The state letter follows the command name, which is in parentheses and may itself hold spaces.
+        return stat.rsplit(")", 1)[-1].split()[0] not in ("Z", "X")
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 class TorchyardWorker(Worker):
@@ -22,3 +44,24 @@ class TorchyardWorker(Worker):
             log.warning("worker %s stopping: preempting the job in horse %d", self.name, self.horse_pid)
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.horse_pid, signal.SIGTERM)
+
+    def register_birth(self) -> None:
+        self.forget_dead_namesake()
+        super().register_birth()
+
+    def forget_dead_namesake(self) -> bool:
+        """A worker of this name that was killed (SIGKILL, OOM, a crash) leaves its registration until its key
+        expires, minutes later, and RQ refuses the name meanwhile. When that worker ran on this host and its
+        process is gone, record its death (RQ's own ``register_death``) so a restart under the same name starts
+        at once. A namesake alive, or on another host, is left alone: RQ then refuses this one, as it should."""
+        old = type(self).find_by_key(self.key, connection=self.connection)
+        if old is None or self.connection.hexists(self.key, "death"):
+            return False
+        if old.hostname != socket.gethostname() or old.pid is None:
+            return False
+        if old.pid != os.getpid() and process_alive(old.pid):
+            return False
+        log.warning("worker %s: the previous worker of this name (pid %d) is gone without deregistering; "
+                    "recording its death", self.name, old.pid)
+        old.register_death()
+        return True
