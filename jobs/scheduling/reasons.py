@@ -33,8 +33,8 @@ def never(need: Need, cluster: Cluster) -> str | None:
         with_gpus = inv.hosts_with_units()
         if with_gpus >= need.nnodes:
             return None
-        if need.nnodes == 1:
-            return "needs every GPU of one host; no live host has GPUs"
+        if with_gpus == 0:
+            return f"needs every GPU of {'one host' if need.nnodes == 1 else f'{need.nnodes} hosts'}; no live host has GPUs"
         return f"needs {need.nnodes} hosts with GPUs; only {with_gpus} live {'host has' if with_gpus == 1 else 'hosts have'} GPUs"
     n, units = need.per_node, _units(need.device, need.per_node)
     enough = inv.count_at_least(n)
