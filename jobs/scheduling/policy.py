@@ -10,7 +10,9 @@ backfill that reserves capacity for it without delaying it comes with priorities
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
+from operator import attrgetter
 
 from jobs.scheduling import reasons
 from jobs.scheduling.cluster import Cluster, Need, Snapshot
@@ -29,7 +31,8 @@ def schedule(queued: Iterable[QueuedJob], hosts: Iterable[Host], running: Iterab
     not free. Dead hosts get nothing. Raises ValueError for duplicate job or host ids, or a job that
     is both queued and running.
     """
-    jobs = sorted(queued, key=order_key)
+    jobs = sorted(queued, key=attrgetter("submitted_seq", "id"))
+    jobs.sort(key=attrgetter("priority"), reverse=True)  # a stable sort: equal priorities keep that order
     running = list(running)
     queued_ids = {j.id for j in jobs}
     if len(queued_ids) != len(jobs):
@@ -41,37 +44,35 @@ def schedule(queued: Iterable[QueuedJob], hosts: Iterable[Host], running: Iterab
     start = Snapshot(cluster)
 
     placements: list[Placement] = []
-    left: list[tuple[str, Need, int]] = []  # (job id, need, jobs placed before it in this pass)
-    # Free capacity only shrinks during a pass, so what did not fit once does not fit again; this is
-    # what makes the tail of a long queue on a full cluster cost a dictionary lookup per job.
-    no_fit: set[Need] = set()
-    smallest_misfit = {"gpu": float("inf"), "cpu": float("inf")}  # single-node asks of at least this fail
+    left: list[tuple[str, tuple, int]] = []  # (job id, its ask, jobs placed before it in this pass)
+    needs: dict[tuple, Need] = {}
+    # Free capacity only shrinks during a pass, so an ask that did not fit once does not fit again:
+    # on a full cluster the tail of a long queue costs a set lookup per job.
+    no_fit: set[tuple] = set()
+    smallest_misfit = {"gpu": math.inf, "cpu": math.inf}  # single-node asks of at least this many fail
     for job in jobs:
-        need = Need.of(job)
-        hosts_found = None
-        single = need.nnodes == 1 and not need.whole
-        if need not in no_fit and not (single and need.per_node >= smallest_misfit[need.device]):
-            hosts_found = cluster.find(need)
-        if hosts_found is None:
-            no_fit.add(need)
+        ask = (job.device, job.nnodes, job.nproc_per_node)
+        if ask not in no_fit:
+            need = needs.get(ask)
+            if need is None:
+                need = needs[ask] = Need.of(job)
+            single = need.nnodes == 1 and not need.whole
+            found = None if single and need.per_node >= smallest_misfit[need.device] else cluster.find(need)
+            if found is not None:
+                placements.append(cluster.place(job.id, need, found))
+                continue
+            no_fit.add(ask)
             if single:
                 smallest_misfit[need.device] = min(smallest_misfit[need.device], need.per_node)
-            left.append((job.id, need, len(placements)))
-            continue
-        placements.append(cluster.place(job.id, need, hosts_found))
+        left.append((job.id, ask, len(placements)))
 
-    explained: dict[Need, str] = {}
-    fitted_at_start: dict[Need, bool] = {}
+    reason_of: dict[tuple, str | None] = {}  # None: it fitted at the start, so the jobs ahead took it
     waiting: dict[str, Waiting] = {}
-    for position, (job_id, need, before) in enumerate(left, 1):
-        fits = fitted_at_start.get(need)
-        if fits is None:
-            fits = fitted_at_start[need] = start.fits(need)
-        if fits:
-            waiting[job_id] = Waiting(position, reasons.ahead(before))
-            continue
-        text = explained.get(need)
-        if text is None:
-            text = explained[need] = reasons.never(need, cluster) or reasons.capacity(need, cluster)
-        waiting[job_id] = Waiting(position, text)
+    for position, (job_id, ask, before) in enumerate(left, 1):
+        if ask in reason_of:
+            text = reason_of[ask]
+        else:
+            need = needs[ask]
+            text = reason_of[ask] = None if start.fits(need) else reasons.never(need, cluster) or reasons.capacity(need, cluster)
+        waiting[job_id] = Waiting(position, reasons.ahead(before) if text is None else text)
     return Decision(tuple(placements), waiting)
