@@ -116,8 +116,10 @@ def rows(results: dict[str, Any]) -> list[Row]:
             out.append(("11 scheduler", f"one pass, {cfg['hosts']:,} hosts x {cfg['gpus_per_host']} GPUs, {cfg['queued']:,} queued, {name}",
                         f"median {_n(x['median_ms'], 1)} ms, max {_n(x['max_ms'], 1)} ms",
                         f"{x['placed']:,} placed (goal < {cfg['goals']['pass_ms']:.0f} ms)"))
-        for name, label in (("scheduler", "best-fit scheduler"), ("fifo", "one job per worker, FIFO")):
-            x = sc["replay"][name]
+        for name, label in (("scheduler", "best-fit scheduler"), ("head_of_line", "the same, strict order (no skipping)"),
+                            ("fifo", "one job per worker, FIFO")):
+            if (x := sc["replay"].get(name)) is None:
+                continue
             by_size = ", ".join(f"{g}: {_n(h, 1)}" for g, h in x["mean_wait_h_by_gpus"].items())
             out.append(("11 scheduler", f"replay {x['jobs']:,} jobs on {cfg['replay_hosts']}: {label}",
                         f"utilisation {_n(100 * x['utilisation'], 1)}%; queueing delay mean {_n(x['mean_wait_h'], 2)} h, "

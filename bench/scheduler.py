@@ -20,7 +20,7 @@ from typing import Any
 
 from bench.common import Ctx, pct
 from jobs.scheduling import Host, NodePlacement, Placement, QueuedJob, schedule
-from jobs.scheduling.simulate import Replay, replay, synthetic_trace, whole_host_fifo
+from jobs.scheduling.simulate import Replay, head_of_line, replay, synthetic_trace, whole_host_fifo
 
 log = logging.getLogger("bench")
 
@@ -89,7 +89,7 @@ def replays() -> dict[str, Any]:
     hosts = [Host(f"gpu-{c}", tuple(range(8))) for c in "abcd"]
     trace = synthetic_trace(**TRACE, sizes=SIZES, weights=WEIGHTS, capacity_gpus=32)  # type: ignore[arg-type]
     out = {}
-    for name, policy in (("scheduler", schedule), ("fifo", whole_host_fifo)):
+    for name, policy in (("scheduler", schedule), ("head_of_line", head_of_line), ("fifo", whole_host_fifo)):
         t0 = time.perf_counter()
         out[name] = _summary(replay(trace, hosts, policy))
         out[name]["replay_s"] = time.perf_counter() - t0

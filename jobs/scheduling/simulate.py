@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from jobs.scheduling.model import Decision, Host, NodePlacement, Placement, QueuedJob, Waiting
+from jobs.scheduling.policy import order_key, schedule
 
 Policy = Callable[[list[QueuedJob], list[Host], list[Placement]], Decision]
 
@@ -108,6 +109,21 @@ def whole_host_fifo(queued: list[QueuedJob], hosts: list[Host], running: list[Pl
         taken, idle = idle[:job.nnodes], idle[job.nnodes:]
         placements.append(Placement(job.id, tuple(NodePlacement(r, h.id, h.gpus) for r, h in enumerate(taken))))
     return Decision(tuple(placements), {})
+
+
+def head_of_line(queued: list[QueuedJob], hosts: list[Host], running: list[Placement]) -> Decision:
+    """``schedule`` with strict order: nothing starts past the first job that does not fit. The
+    other choice for the skip ``schedule`` makes; the replay shows what each one costs."""
+    decision = schedule(queued, hosts, running)
+    if not decision.waiting:
+        return decision
+    order = [j.id for j in sorted(queued, key=order_key)]
+    ahead = set(order[:order.index(next(iter(decision.waiting)))])
+    kept = tuple(p for p in decision.placements if p.job_id in ahead)
+    # The jobs it holds back get its reason, in line behind it.
+    held = [j for j in order if j not in ahead]
+    return Decision(kept, {j: Waiting(i + 1, "behind the first job that does not fit" if i else decision.waiting[j].reason)
+                           for i, j in enumerate(held)})
 
 
 def replay(trace: Sequence[TraceJob], hosts: Sequence[Host], policy: Policy) -> Replay:
