@@ -3,15 +3,11 @@
 (a) One pass of ``jobs.scheduling.schedule`` over 1,000 hosts x 8 GPUs and 10,000 queued jobs, on an
 idle cluster, a half-busy one and a full one (goal: under 100 ms). (b) A discrete-event replay of a
 synthetic trace of 1,000 jobs on four 8-GPU hosts, the scheduler against the one-job-per-worker FIFO
-the workers ran before it: GPU utilisation (goal: at least 90%) and queueing delay.
-
-    python -m bench.scheduler            # this suite alone, JSON on stdout
-"""
+the workers ran before it: GPU utilisation (goal: at least 90%) and queueing delay."""
 
 from __future__ import annotations
 
 import gc
-import json
 import logging
 import random
 import statistics
@@ -105,9 +101,3 @@ def scheduler(ctx: Ctx) -> dict[str, Any]:
         "replay": replays(),
     }
 
-
-if __name__ == "__main__":
-    logging.basicConfig(level=logging.INFO)
-    from pathlib import Path
-
-    print(json.dumps(scheduler(Ctx(work=Path("."), quick=True)), indent=1))  # noqa: T201 - a command-line entry

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from jobs.scheduling import Decision, Host, NodePlacement, Placement, QueuedJob, order_key, schedule
 from jobs.scheduling.packing import largest_run, runs
 
-SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @st.composite
