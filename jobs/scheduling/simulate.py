@@ -105,7 +105,7 @@ def whole_host_fifo(queued: list[QueuedJob], hosts: list[Host], running: list[Pl
     order = sorted(queued, key=lambda j: (j.submitted_seq, j.id))
     for i, job in enumerate(order):
         if job.nnodes > len(idle):
-            return Decision(tuple(placements), {j.id: Waiting(k + 1, f"{i + k} jobs ahead of it") for k, j in enumerate(order[i:])})
+            return Decision(tuple(placements), {j.id: Waiting(k + 1, "waits for an idle worker") for k, j in enumerate(order[i:])})
         taken, idle = idle[:job.nnodes], idle[job.nnodes:]
         placements.append(Placement(job.id, tuple(NodePlacement(r, h.id, h.gpus) for r, h in enumerate(taken))))
     return Decision(tuple(placements), {})
