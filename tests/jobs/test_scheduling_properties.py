@@ -8,7 +8,7 @@ import random
 import re
 from collections import Counter, defaultdict
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from jobs.scheduling import Decision, Host, NodePlacement, Placement, QueuedJob, order_key, schedule
@@ -192,3 +192,43 @@ def test_within_a_host_a_job_takes_the_shortest_run_that_holds_it(free: set[int]
         assert largest_run(left) == longest_before
     if n <= longest_before:
         assert largest_run(sorted(decision.placements[0].nodes[0].gpus)) == n, "a job that fits one run gets contiguous GPUs"
+
+
+@SETTINGS
+@given(cluster_strategy(), queue_strategy)
+def test_the_numbers_in_a_reason_are_the_cluster_s_own(cluster: tuple, queue: list[QueuedJob]) -> None:
+    """Each figure a waiting job's reason quotes, recomputed from the hosts and placements."""
+    hosts, running = cluster
+    decision = schedule(queue, hosts, running)
+    end = free_after(hosts, running, decision)
+    live = [h for h in hosts if h.alive]
+    order = [j.id for j in sorted(queue, key=order_key)]
+    placed = {p.job_id for p in decision.placements}
+    jobs = {j.id: j for j in queue}
+    for job_id, (_, reason) in decision.waiting.items():
+        job = jobs[job_id]
+
+        def free_of(h: str, job: QueuedJob = job) -> int:
+            return len(end[h][0]) if job.device == "gpu" else end[h][1]
+
+        def total_of(h: Host, job: QueuedJob = job) -> int:
+            return len(h.gpus) if job.device == "gpu" else h.cpu_slots
+
+        if m := re.fullmatch(r"(\d+) jobs? ahead of it", reason):
+            event("ahead")
+            assert int(m[1]) == sum(1 for j in order[:order.index(job_id)] if j in placed)
+        elif m := re.search(r"the most free on any host is (\d+) \((\S+)\)$", reason):
+            event("most free")
+            top = max(free_of(h.id) for h in live if total_of(h))
+            assert int(m[1]) == top == free_of(m[2]) and m[2] == min(h.id for h in live if total_of(h) and free_of(h.id) == top)
+        elif m := re.search(r"no host has (\d+) \(largest: (\S+) with (\d+)\)$", reason):
+            event("never")
+            assert int(m[3]) == max(total_of(h) for h in live) == total_of(next(h for h in live if h.id == m[2])) < int(m[1])
+        elif m := re.fullmatch(r"needs (\d+) hosts with (\d+) free (GPUs?|CPU slots?); (\d+|none) (has|have) them", reason):
+            event("gang")
+            count = sum(1 for h in live if total_of(h) and free_of(h.id) >= int(m[2]))
+            assert (0 if m[4] == "none" else int(m[4])) == count < int(m[1])
+        elif m := re.search(r"the most free is (\d+) of (\d+) \((\S+)\)$", reason):
+            event("whole")
+            host = next(h for h in live if h.id == m[3])
+            assert int(m[1]) == free_of(host.id) == max(free_of(h.id) for h in live if h.gpus) and int(m[2]) == len(host.gpus)
