@@ -30,10 +30,11 @@ class Cluster:
     """Free GPUs (as index lists) and CPU slots of the live hosts, numbered in host id order."""
 
     def __init__(self, hosts: Iterable[Host], running: Iterable[Placement]):
+        hosts = list(hosts)
+        if len({h.id for h in hosts}) != len(hosts):
+            raise ValueError("host ids must be distinct")
         live = sorted((h for h in hosts if h.alive), key=lambda h: h.id)
         self.ids = [h.id for h in live]
-        if len(set(self.ids)) != len(self.ids):
-            raise ValueError("host ids must be distinct")
         number = {hid: i for i, hid in enumerate(self.ids)}
         held: list[set[int]] = [set() for _ in live]
         cpu_used = [h.cpu_slots_used for h in live]

@@ -122,6 +122,7 @@ def test_a_host_that_keeps_gpus_back_is_not_given_them() -> None:
     lambda: Host("h", (0, 1), free_gpus=(2,)),
     lambda: schedule([job("a"), job("a")], []),
     lambda: schedule([job("a")], [gpu_host("h"), gpu_host("h")]),
+    lambda: schedule([job("a")], [gpu_host("h"), gpu_host("h", alive=False)]),
     lambda: schedule([job("a")], [gpu_host("h")], [holding("a", "h", 0)]),
 ])
 def test_inconsistent_input_is_refused(make) -> None:  # type: ignore[no-untyped-def]
