@@ -74,8 +74,7 @@ class Cluster:
             free = self.free_gpus[h]
             n = len(free) if need.whole else need.per_node
             gpus = packing.choose(free, n)
-            taken = set(gpus)
-            self.free_gpus[h] = [i for i in free if i not in taken]
+            self.free_gpus[h] = [i for i in free if i not in gpus]
             self.gpu.take(h, n)
             nodes.append(NodePlacement(rank, self.ids[h], gpus=gpus))
         return Placement(job_id, tuple(nodes))

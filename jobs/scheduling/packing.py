@@ -30,6 +30,10 @@ def choose(free: Sequence[int], n: int) -> tuple[int, ...]:
     """``n`` of the sorted free indices ``free`` (``len(free) >= n``), as a sorted tuple."""
     if n == len(free):
         return tuple(free)
+    if free[-1] - free[0] == len(free) - 1:  # one run, the common case on a host that packs well
+        align = _alignment(n)
+        first = -free[0] % align
+        return tuple(free[first:first + n]) if first + n <= len(free) else tuple(free[:n])
     all_runs = runs(free)
     fitting = [r for r in all_runs if r[1] >= n]
     if fitting:

@@ -67,6 +67,7 @@ def schedule(queued: Iterable[QueuedJob], hosts: Iterable[Host], running: Iterab
         left.append((job.id, ask, len(placements)))
 
     reason_of: dict[tuple, str | None] = {}  # None: it fitted at the start, so the jobs ahead took it
+    ahead: dict[int, str] = {}
     waiting: dict[str, Waiting] = {}
     for position, (job_id, ask, before) in enumerate(left, 1):
         if ask in reason_of:
@@ -74,5 +75,7 @@ def schedule(queued: Iterable[QueuedJob], hosts: Iterable[Host], running: Iterab
         else:
             need = needs[ask]
             text = reason_of[ask] = None if start.fits(need) else reasons.never(need, cluster) or reasons.capacity(need, cluster)
-        waiting[job_id] = Waiting(position, reasons.ahead(before) if text is None else text)
+        if text is None:
+            text = ahead.get(before) or ahead.setdefault(before, reasons.ahead(before))
+        waiting[job_id] = Waiting(position, text)
     return Decision(tuple(placements), waiting)
