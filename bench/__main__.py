@@ -23,7 +23,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from bench import api_bench, code_bundles, dispatch, ingest_bench, model_parallel, read_path, report, tracking, training
+from bench import api_bench, code_bundles, dispatch, ingest_bench, model_parallel, read_path, report, scheduler, tracking, training
 from bench.common import REPO, Ctx, machine
 
 log = logging.getLogger("bench")
@@ -40,6 +40,7 @@ SUITES: dict[str, Callable[[Ctx], dict[str, Any]]] = {
     "parallel": model_parallel.model_parallel,  # 8
     "tracking": tracking.tracking,  # 9
     "read_path": read_path.read_path,  # 10: wrk, torchyard vs a bare FastAPI app
+    "scheduler": scheduler.scheduler,  # 11: the placement policy alone: one pass, and a trace replay against FIFO
 }
 
 

@@ -110,6 +110,20 @@ def rows(results: dict[str, Any]) -> list[Row]:
                             f"{_n(x['rps'])} req/s, p99 {_n(x['p99_ms'], 1)} ms; "
                             f"bare {_n(bare['rps'])} req/s, p99 {_n(bare['p99_ms'], 1)} ms",
                             f"ratio {_r(ratio[m])} (goal {goal})" + (f"; {bad} errors" if bad else "")))
+    if sc := results.get("scheduler"):
+        cfg = sc["config"]
+        for name, x in sc["pass"].items():
+            out.append(("11 scheduler", f"one pass, {cfg['hosts']:,} hosts x {cfg['gpus_per_host']} GPUs, {cfg['queued']:,} queued, {name}",
+                        f"median {_n(x['median_ms'], 1)} ms, max {_n(x['max_ms'], 1)} ms",
+                        f"{x['placed']:,} placed (goal < {cfg['goals']['pass_ms']:.0f} ms)"))
+        for name, label in (("scheduler", "best-fit scheduler"), ("head_of_line", "the same, strict order (no skipping)"),
+                            ("fifo", "one job per worker, FIFO")):
+            if (x := sc["replay"].get(name)) is None:
+                continue
+            by_size = ", ".join(f"{g}: {_n(h, 1)}" for g, h in x["mean_wait_h_by_gpus"].items())
+            out.append(("11 scheduler", f"replay {x['jobs']:,} jobs on {cfg['replay_hosts']}: {label}",
+                        f"utilisation {_n(100 * x['utilisation'], 1)}%; queueing delay mean {_n(x['mean_wait_h'], 2)} h, "
+                        f"p99 {_n(x['p99_wait_h'], 1)} h", f"mean delay by GPUs asked (h) {by_size}"))
     if k := results.get("code"):
         for kind, u in k["upload"].items():
             out.append(("7 your own code", f"50 MiB directory ({kind}), first submit --workdir",
