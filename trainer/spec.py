@@ -49,6 +49,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 from trainer import catalog
 from trainer.env_rules import env_name_problem, name_problem
 from trainer.requirements import MAX_REQUIREMENT_CHARS, MAX_REQUIREMENTS, requirement_problem
+from trainer.spec_messages import user_problems
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
 LABEL_KEY_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$"
@@ -352,7 +353,7 @@ def _args_problems(section: str, entry: catalog.CatalogEntry, args: dict[str, An
     try:
         catalog.validate_args(entry, args)
     except ValidationError as exc:
-        return [SpecProblem((section, "args", *err["loc"]), err["msg"]) for err in exc.errors()]
+        return [SpecProblem((section, "args", *loc), msg) for loc, msg in user_problems(exc.errors(), [entry.args])]
     return []
 
 
