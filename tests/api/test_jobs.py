@@ -148,3 +148,12 @@ def test_spec_errors_are_said_in_the_users_words_with_a_suggestion(client: TestC
     assert {e["field"]: e["message"] for e in body["errors"]} == errors
     assert body["detail"] == "; ".join(f"{field}: {message}" for field, message in errors.items())
     assert client.get("/v1/jobs").json()["items"] == []
+
+
+def test_a_missing_script_without_uploaded_code_points_at_workdir(client: TestClient) -> None:
+    resp = client.post("/v1/jobs", json={"kind": "script", "name": "s", "entrypoint": "train.py"})
+    assert resp.status_code == 422, resp.text
+    [error] = resp.json()["errors"]
+    assert error["field"] == "entrypoint"
+    assert error["message"].startswith("'train.py': no such file under the service's code root; to run code from your own directory")
+    assert "torchyard submit SPEC --workdir DIR" in error["message"]
