@@ -35,6 +35,7 @@ from rich.markup import escape
 from rich.text import Text
 
 from cli.follow import follow
+from cli.launcher_log import expected_stop, fold_expected_stop
 from cli.render import job_panel, jobs_table, metrics_table, status_markup
 from client import (
     ApiError,
@@ -345,6 +346,10 @@ def logs(
                 raise typer.Exit(EXIT_INTERRUPTED) from None
             return
         text = client.logs(job_id, **opts)
+        if rank == "launcher":
+            job = client.job(job_id)
+            why = expected_stop(job.status, job.error.type if job.error else None, attempt, job.attempt)
+            text = fold_expected_stop(text, why) if why else text
     except NotFound as exc:
         job = client.job(job_id)  # raises NotFound itself when the job is what is missing
         # The job exists: this server has no logs endpoint, or no log for that rank yet.

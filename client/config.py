@@ -17,8 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import tomli_w
-
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10: the same parser, from PyPI
@@ -62,6 +60,8 @@ def read_config_file(path: Path) -> dict[str, Any]:
 
 def write_config_file(path: Path, url: str, api_key: str) -> None:
     """Replace the file atomically, readable by its owner only (the key is a secret)."""
+    import tomli_w  # only `torchyard login` writes; the client library itself only reads
+
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
