@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import annotated_types
-from pydantic import BaseModel
+from pydantic import BaseModel, SecretStr
 
 # Error types whose message is better said as "must be <what the field accepts>".
 _TYPE_ERRORS = ("_type", "_parsing", "literal_error", "int_from_float", "greater_than", "less_than", "multiple_of",
@@ -134,7 +134,7 @@ def describe(tp: Any) -> str | None:
         return _number("integer", "an", bounds)
     if inner is float:
         return _number("number", "a", bounds)
-    if inner is str:
+    if inner is str or inner is SecretStr:
         return "a string"
     if inner is type(None):
         return "null"
@@ -189,8 +189,9 @@ def _message(error: Mapping[str, Any], tp: Any, parent: Any, path: Sequence[Any]
         if isinstance(error.get("input"), str) and literal and (close := suggestion(error["input"], literal)):
             message += f'; did you mean "{close}"?'
         return message
-    msg = str(error.get("msg", "invalid"))
-    return msg.removeprefix("Value error, ")
+    msg = str(error.get("msg", "invalid")).removeprefix("Value error, ")
+    # A type this module does not describe: pydantic's own words, in the same form as the rest.
+    return "must be " + msg.removeprefix("Input should be ") if msg.startswith("Input should be ") else msg
 
 
 def _literals(tp: Any) -> list[Any]:
