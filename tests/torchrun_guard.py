@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import psutil
 import pytest
 
-INTERVAL_S = 0.1
+INTERVAL_S = 0.25
 _state: dict[str, bool] = {"armed": False}
 
 
