@@ -24,6 +24,9 @@ _TYPE_ERRORS = ("_type", "_parsing", "literal_error", "int_from_float", "greater
                 "finite_number", "too_short", "too_long", "string_pattern_mismatch", "enum")
 
 
+_NOT_A_MAPPING = ("model_type", "model_attributes_type", "dict_type")
+
+
 def _unwrap(tp: Any) -> tuple[Any, list[Any]]:
     """The type under ``Annotated`` layers and ``X | None``, with the Annotated metadata collected."""
     metadata: list[Any] = []
@@ -210,6 +213,10 @@ def user_problems(errors: Iterable[Mapping[str, Any]], roots: Sequence[Any] = ()
     root = max(roots, key=lambda r: sum(_walk(r, e["loc"])[1] is not None for e in errors), default=None) if roots else None
     merged: dict[tuple[Any, ...], str] = {}
     for error in errors:
+        if root is not None and len(error["loc"]) == 1 and error.get("type") in _NOT_A_MAPPING:
+            # The whole value is not a mapping: pydantic names the union member it tried ("catalog"), not a field.
+            merged.setdefault((), f"must be a mapping of fields; got {_got(error.get('input'))}")
+            continue
         path, tp, parent = _walk(root, error["loc"]) if root is not None else (list(error["loc"]), None, None)
         if len(path) < len(error["loc"]):  # a union branch: described whole from the field's own annotation
             tp = _field_at(root, path)

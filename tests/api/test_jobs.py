@@ -157,3 +157,9 @@ def test_a_missing_script_without_uploaded_code_points_at_workdir(client: TestCl
     assert error["field"] == "entrypoint"
     assert error["message"].startswith("'train.py': no such file under the service's code root; to run code from your own directory")
     assert "torchyard submit SPEC --workdir DIR" in error["message"]
+
+
+def test_a_body_that_is_not_a_spec_mapping_is_named_as_the_body(client: TestClient) -> None:
+    resp = client.post("/v1/jobs", json=[1, 2])
+    assert resp.status_code == 422, resp.text
+    assert resp.json()["errors"] == [{"field": "body", "message": "must be a mapping of fields; got [1, 2]"}]

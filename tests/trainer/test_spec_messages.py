@@ -82,3 +82,12 @@ def test_a_field_typed_wrong_says_what_it_accepts() -> None:
     assert (loc, message) == (("parallel", "nproc_per_node"), 'must be an integer from 1 to 64 or "gpu"; got "two"')
     [(loc, message)] = _problems({**BASE, "train": {"epochs": 1, "global_batch_size": 32, "lr": "fast"}})
     assert message == 'must be a number greater than 0.0 and at most 10.0; got "fast"'
+
+
+def test_a_spec_that_is_not_a_mapping_is_said_so_without_naming_a_kind() -> None:
+    try:
+        spec_from_dict([1, 2])  # type: ignore[arg-type]
+    except ValidationError as exc:
+        assert user_problems(exc.errors(), [JobSpec, ScriptJobSpec]) == [((), "must be a mapping of fields; got [1, 2]")]
+    else:
+        raise AssertionError("a list was accepted as a spec")
