@@ -10,13 +10,17 @@ BROWSER_PACKAGES := chromium:chromium nodejs:node npm:npm  # Debian package:the 
 SLURM_PACKAGES := slurmctld slurmd slurm-client munge
 APT_GET := $(if $(filter 0,$(shell id -u)),,sudo) apt-get
 
-.PHONY: install install-browser install-slurm run test lint bench
+.PHONY: install install-torch install-test install-browser install-slurm run test lint bench
+
+# The service and its CLI only: torch first, then the package without extras.
+install: install-torch
+	$(PYTHON) -m pip install -e .
 
 # torch first and pinned, so `pip install -e .` finds it satisfied and never pulls a CUDA build.
 # Where pip already resolves torch==$(TORCH_VERSION) to a CPU build (a local wheel, a mirror in the pip
 # configuration), pip is left as configured; otherwise TORCH_INDEX_URL is added as an extra index,
 # whose +cpu build sorts above PyPI's.
-install:
+install-torch:
 	@if $(PYTHON) -m pip install --dry-run --no-deps --quiet --report - 'torch==$(TORCH_VERSION)' 2>/dev/null \
 	    | grep -q '"version": "$(TORCH_VERSION)+cpu"'; then \
 	  echo "torch==$(TORCH_VERSION) resolves to a CPU build as pip is configured"; \
@@ -26,12 +30,15 @@ install:
 	  echo "$(PYTHON) -m pip install --extra-index-url $(TORCH_INDEX_URL) torch==$(TORCH_VERSION)"; \
 	  $(PYTHON) -m pip install --extra-index-url '$(TORCH_INDEX_URL)' 'torch==$(TORCH_VERSION)'; \
 	fi
-	$(PYTHON) -m pip install -e '.[dev]'
 
 run:
 	$(PYTHON) -m stack
 
-test:
+# What the tests need (the `test` extra: pytest, ruff, the tracking and lint tools some tests call), then the tests.
+install-test: install-torch
+	$(PYTHON) -m pip install -e '.[test]'
+
+test: install-test
 	$(PYTHON) -m ruff check .
 	$(PYTHON) -m pytest
 

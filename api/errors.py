@@ -19,7 +19,8 @@ from api.schemas import SSE_PAYLOADS, Problem
 from jobs.keys import KeyNotFound
 from jobs.limits import OverLimit
 from jobs.service import FileUnavailable, IdempotencyMismatch, JobConflict, JobNotFound
-from trainer.spec import SpecError
+from trainer.spec import JobSpec, ScriptJobSpec, SpecError
+from trainer.spec_messages import user_problems
 
 log = logging.getLogger(__name__)
 
@@ -38,16 +39,22 @@ def _field(loc: tuple[Any, ...] | list[Any]) -> str:
     return ".".join(parts) or "body"
 
 
-def validation_problem(errors: list[dict[str, Any]]) -> JSONResponse:
-    items = [{"field": _field(e["loc"]), "message": e["msg"]} for e in errors]
+def validation_problem(errors: list[dict[str, Any]], roots: tuple[Any, ...] = ()) -> JSONResponse:
+    """422 naming each field once, in the user's words; ``roots``: the models the body was read as, for
+    what a field accepts and the field names an unknown key is compared with."""
+    body = [e for e in errors if e["loc"][:1] == ("body",)]
+    rest = [{"loc": e["loc"], "msg": e["msg"]} for e in errors if e["loc"][:1] != ("body",)]
+    worded = [{"loc": ("body", *loc), "msg": msg} for loc, msg in user_problems([{**e, "loc": e["loc"][1:]} for e in body], roots)]
+    items = [{"field": _field(e["loc"]), "message": e["msg"]} for e in rest + worded]
     detail = "; ".join(f"{i['field']}: {i['message']}" for i in items) or "invalid request"
     return problem(422, detail, errors=items)
 
 
 def install(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
-    async def _request_validation(_: Request, exc: RequestValidationError) -> JSONResponse:
-        return validation_problem(list(exc.errors()))
+    async def _request_validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        submitting = request.method == "POST" and request.url.path.rstrip("/").endswith("/v1/jobs")
+        return validation_problem(list(exc.errors()), (JobSpec, ScriptJobSpec) if submitting else ())
 
     @app.exception_handler(SpecError)
     async def _spec(_: Request, exc: SpecError) -> JSONResponse:

@@ -20,7 +20,7 @@ log = logging.getLogger(__name__)
 def _tracking_server(work: Path) -> Iterator[str | None]:
     """The local MLflow server; None when mlflow is not installed (the MLflow mode is then left out)."""
     if mlflow_command() is None:
-        log.warning("tracking: mlflow is not installed (pip install -e '.[dev]'); the MLflow mode is left out")
+        log.warning("tracking: mlflow is not installed (pip install -e '.[test]'); the MLflow mode is left out")
         yield None
         return
     with mlflow_server(work) as url:

@@ -35,6 +35,7 @@ from rich.markup import escape
 from rich.text import Text
 
 from cli.follow import follow
+from cli.launcher_log import expected_stop, fold_expected_stop
 from cli.render import job_panel, jobs_table, metrics_table, status_markup
 from client import (
     ApiError,
@@ -49,7 +50,7 @@ from client import (
     load_config,
     load_spec,
 )
-from client.config import DEFAULT_URL, config_path, read_config_file
+from client.config import DEFAULT_URL, ENV_KEY, config_path, read_config_file, write_config_file
 
 try:
     __version__ = importlib.metadata.version("torchyard")
@@ -81,13 +82,33 @@ class CliContext:
     url: str | None
     key: str | None
     config: Path | None
+    # Where --key's value came from when it has one: "--key" or "TORCHYARD_API_KEY" (typer reads both into it).
+    key_from: str | None = None
+    # Where the key in use came from, once resolved: "--key", "TORCHYARD_API_KEY", a config file, "typed", "none".
+    key_source: str | None = None
     _client: Client | None = field(default=None, repr=False)
 
     def client(self) -> Client:
         if self._client is None:
             cfg = load_config(self.url, self.key, self.config)
+            self.key_source = self.key_from if cfg.source == "argument" and self.key_from else cfg.source
             self._client = Client(cfg.url, cfg.api_key)
         return self._client
+
+
+def rejected_key_hint(source: str | None, config: Path | None = None) -> str:
+    """Where the key the API refused came from, and what to do about it."""
+    if source == "none":
+        return f"no API key was given: set {ENV_KEY}, pass --key, or run `torchyard login`"
+    if source == "--key":
+        return "the key passed with --key was refused"
+    if source == ENV_KEY:
+        return f"the refused key came from the environment variable {ENV_KEY}; set a valid key there, or unset it to use the config file"
+    if source == "typed":
+        return "the key typed was refused"
+    if source:
+        return f"the refused key came from {source}; `torchyard login` replaces it"
+    return f"set {ENV_KEY} or api_key in {config or config_path()}"
 
 
 def _settings(ctx: typer.Context) -> CliContext:
@@ -107,7 +128,10 @@ def handles_errors(fn: F) -> F:
         try:
             return fn(*args, **kwargs)
         except Unauthorized as exc:
-            hint = f"set TORCHYARD_API_KEY or api_key in {config_path()}"
+            # Every command takes ``ctx`` (a context of typer's own click, not typer.Context's base).
+            find_root = getattr(kwargs.get("ctx"), "find_root", None)
+            opts = find_root().obj if find_root else None
+            hint = rejected_key_hint(opts.key_source, opts.config) if isinstance(opts, CliContext) else rejected_key_hint(None)
             raise _fail(f"{exc.detail} ({hint})", EXIT_API) from None
         except ApiError as exc:
             raise _fail(exc.detail if exc.status_code < 500 else f"server error {exc.status_code}: {exc.detail}",
@@ -184,7 +208,9 @@ def main(
     config: Annotated[Path | None, typer.Option("--config", envvar="TORCHYARD_CONFIG", help="Config file (TOML).",
                                                 show_default=False)] = None,
 ) -> None:
-    ctx.obj = CliContext(url=url, key=key, config=config)
+    source = ctx.get_parameter_source("key")  # typer's own click: its ParameterSource is compared by name
+    key_from = {"COMMANDLINE": "--key", "ENVIRONMENT": ENV_KEY}.get(source.name if source else "")
+    ctx.obj = CliContext(url=url, key=key, config=config, key_from=key_from)
 
 
 @app.command()
@@ -320,6 +346,10 @@ def logs(
                 raise typer.Exit(EXIT_INTERRUPTED) from None
             return
         text = client.logs(job_id, **opts)
+        if rank == "launcher":
+            job = client.job(job_id)
+            why = expected_stop(job.status, job.error.type if job.error else None, attempt, job.attempt)
+            text = fold_expected_stop(text, why) if why else text
     except NotFound as exc:
         job = client.job(job_id)  # raises NotFound itself when the job is what is missing
         # The job exists: this server has no logs endpoint, or no log for that rank yet.
@@ -493,18 +523,13 @@ def login(
     path = opts.config or config_path()
     saved = read_config_file(path)
     url = url or opts.url or typer.prompt("API URL", default=str(saved.get("url") or DEFAULT_URL))
+    opts.key_source = "--key" if key else opts.key_from if opts.key else "typed"
     key = key or opts.key or typer.prompt("API key", hide_input=True)
     url = url.rstrip("/")
     if verify:
         with Client(url, key) as client:
             client.list_jobs(limit=1)  # Unauthorized or ConnectionFailed: nothing is written
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # the key is a secret: owner-only
-    with os.fdopen(fd, "w") as f:
-        # JSON string escapes are valid TOML basic-string escapes.
-        f.write(f"url = {json.dumps(url)}\napi_key = {json.dumps(key)}\n")
-    os.replace(tmp, path)
+    write_config_file(path, url, key)
     if as_json:
         _echo_json({"config": str(path), "url": url, "verified": verify})
         return

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shlex
 from datetime import datetime, timezone
 
 from rich.console import Group
@@ -13,6 +14,9 @@ from rich.text import Text
 from client import Checkpoint, Job, MetricPoint
 
 PER_RANK = re.compile(r"^sys/rank\d+/")
+# Metrics in bytes and in percent, shown as the dashboard shows them ("337.7 MiB", "12.5%").
+BYTES = re.compile(r"(_bytes|/gpu_mem_used|/gpu_mem_total)$")
+PERCENT = re.compile(r"(_percent|/gpu_util)$")
 
 STATUS_STYLE = {
     "queued": "yellow", "running": "cyan", "cancelling": "magenta", "succeeded": "green", "failed": "bold red", "cancelled": "dim",
@@ -29,6 +33,26 @@ def fmt_metric(value: float | None) -> str:
     if value != 0 and (abs(value) >= 1e5 or abs(value) < 1e-3):
         return f"{value:.3e}"
     return f"{value:.4f}" if abs(value) < 10 else f"{value:,.1f}"
+
+
+def fmt_bytes(value: float | None) -> str:
+    if value is None:
+        return "-"
+    units = ["B", "KiB", "MiB", "GiB", "TiB"]
+    i = 0
+    while abs(value) >= 1024 and i < len(units) - 1:
+        value /= 1024
+        i += 1
+    return f"{value:.1f} {units[i]}" if i else f"{value:.0f} B"
+
+
+def fmt_value(name: str, value: float | None) -> str:
+    """A metric's value in its unit: bytes in KiB/MiB/GiB, percentages with %, the rest as numbers."""
+    if value is not None and BYTES.search(name):
+        return fmt_bytes(value)
+    if value is not None and PERCENT.search(name):
+        return f"{value:.1f}%"
+    return fmt_metric(value)
 
 
 def fmt_duration(seconds: float | None) -> str:
@@ -88,10 +112,7 @@ def job_panel(job: Job, checkpoints: list[Checkpoint] | None = None) -> Panel:
     facts.add_row("status", status_markup(job.status) + where)
     facts.add_row("attempt", f"{job.attempt}/{job.max_attempts}" if job.max_attempts else str(job.attempt))
     facts.add_row("progress", progress_cell(job))
-    parallel = job.spec.get("parallel") or {}
-    model = (job.spec.get("model") or {}).get("name", "-")
-    data = (job.spec.get("data") or {}).get("name", "-")
-    facts.add_row("spec", Text(f"{model} on {data}, {parallel.get('strategy', 'ddp')} x {parallel.get('nproc_per_node', 1)}"))
+    facts.add_row(*spec_row(job.spec))
     if job.secrets:
         facts.add_row("secrets", Text(", ".join(job.secrets) + " (values never shown)"))
     facts.add_row("created", f"{job.created_at:%Y-%m-%d %H:%M:%S} ({fmt_age(job.created_at)})" if job.created_at else "-")
@@ -109,11 +130,10 @@ def job_panel(job: Job, checkpoints: list[Checkpoint] | None = None) -> Panel:
         metrics.add_column("value", justify="right")
         for name in sorted(job.latest_metrics):
             if not PER_RANK.match(name):  # sys/rankN/...: one row per rank would drown the rest; the API has them
-                metrics.add_row(name, fmt_metric(job.latest_metrics[name]))
+                metrics.add_row(name, fmt_value(name, job.latest_metrics[name]))
         parts.append(metrics)
     if checkpoints:
-        last = checkpoints[-1]
-        parts.append(Text(f"checkpoints: {len(checkpoints)}, latest step {last.step}: {last.path}"))
+        parts.append(Text(checkpoints_line(checkpoints)))
     if job.error:
         err = job.error
         head = Text.assemble((err.type or "error", "bold red"), ": ", err.message or "")
@@ -124,6 +144,28 @@ def job_panel(job: Job, checkpoints: list[Checkpoint] | None = None) -> Panel:
         if tail:
             parts.append(Text("\n".join(tail.rstrip().splitlines()[-15:]), style="dim"))
     return Panel(Group(*parts), title=Text(job.name, style="bold"), title_align="left", expand=False)  # type: ignore[arg-type]
+
+
+def spec_row(spec: dict) -> tuple[str, Text]:
+    """What runs: a script's command line, or the catalog model on its dataset; and on how many ranks."""
+    parallel = spec.get("parallel") or {}
+    nproc, nnodes = parallel.get("nproc_per_node", 1), parallel.get("nnodes", 1)
+    ranks = f"{nproc} x {nnodes} nodes" if nnodes != 1 else f"x {nproc}"
+    if spec.get("kind") == "script":
+        return "script", Text(f"{shlex.join([spec.get('entrypoint', '-'), *spec.get('args', [])])}, {ranks}")
+    model = (spec.get("model") or {}).get("name", "-")
+    data = (spec.get("data") or {}).get("name", "-")
+    return "spec", Text(f"{model} on {data}, {parallel.get('strategy', 'ddp')} {ranks}")
+
+
+def checkpoints_line(checkpoints: list[Checkpoint]) -> str:
+    """The kept checkpoints only; those keep_last deleted are counted apart, never offered as the latest."""
+    kept = [c for c in checkpoints if c.available]
+    pruned = len(checkpoints) - len(kept)
+    line = f"checkpoints: {len(kept)}"
+    if kept:
+        line += f", latest step {kept[-1].step}: {kept[-1].path}"
+    return line + (f" ({pruned} older pruned by keep_last)" if pruned else "")
 
 
 # Short column headers so the usual metrics fit an 80-column terminal.
@@ -148,5 +190,5 @@ def metrics_table(points: list[MetricPoint], last: int | None) -> Table:
     for name in names:
         table.add_column(SHORT_NAMES.get(name, name), justify="right")
     for step in steps:
-        table.add_row(str(step), *(fmt_metric(rows[step].get(name)) if name in rows[step] else "" for name in names))
+        table.add_row(str(step), *(fmt_value(name, rows[step].get(name)) if name in rows[step] else "" for name in names))
     return table

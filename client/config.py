@@ -17,6 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10: the same parser, from PyPI
+    import tomli as tomllib
+
 DEFAULT_URL = "http://127.0.0.1:8000"
 ENV_URL, ENV_KEY, ENV_CONFIG = "TORCHYARD_URL", "TORCHYARD_API_KEY", "TORCHYARD_CONFIG"
 
@@ -43,10 +48,6 @@ def config_path(env: Mapping[str, str] | None = None) -> Path:
 def read_config_file(path: Path) -> dict[str, Any]:
     if not path.is_file():
         return {}
-    if sys.version_info < (3, 11):
-        raise ConfigError(f"{path}: reading a config file needs Python 3.11+ (tomllib); set {ENV_URL} and {ENV_KEY} instead")
-    import tomllib
-
     try:
         data = tomllib.loads(path.read_text())
     except (OSError, tomllib.TOMLDecodeError) as exc:
@@ -55,6 +56,18 @@ def read_config_file(path: Path) -> dict[str, Any]:
     if unknown:
         raise ConfigError(f"{path}: unknown keys {sorted(unknown)}; expected url and api_key")
     return data
+
+
+def write_config_file(path: Path, url: str, api_key: str) -> None:
+    """Replace the file atomically, readable by its owner only (the key is a secret)."""
+    import tomli_w  # only `torchyard login` writes; the client library itself only reads
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        tomli_w.dump({"url": url, "api_key": api_key}, f)
+    os.replace(tmp, path)
 
 
 def load_config(url: str | None = None, api_key: str | None = None, path: Path | None = None,

@@ -83,6 +83,9 @@ class Checkpoint(_Model):
     path: str
     created_at: datetime | None = None
     details: dict[str, Any] = Field(default_factory=dict)
+    available: bool = True  # False: its files are gone (keep_last pruned it)
+    size_bytes: int | None = None
+    weights_url: str | None = None
 
 
 class Artifact(_Model):

@@ -21,7 +21,6 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Engine
-from sqlmodel import Session
 
 from jobs import models  # noqa: F401  (registers the tables on SQLModel.metadata)
 
@@ -167,12 +166,6 @@ def migrate(engine: Engine, revision: str = "head") -> None:
 def init_db(engine: Engine) -> None:
     """Create or upgrade the schema. One path for the API, the worker and tests: Alembic migrations."""
     migrate(engine)
-
-
-@contextmanager
-def session_scope(engine: Engine) -> Iterator[Session]:
-    with Session(engine, expire_on_commit=False) as session:
-        yield session
 
 
 def main(argv: list[str] | None = None) -> None:

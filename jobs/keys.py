@@ -81,12 +81,6 @@ def live_key(session: Session, plain: str) -> ApiKey | None:
     return row
 
 
-def owner_of(session: Session, plain: str) -> str | None:
-    """The owner of a live key, or None for an unknown, wrong or revoked one."""
-    row = live_key(session, plain)
-    return row.owner if row is not None else None
-
-
 def queue_problem(allowed: list[str] | None, queue: str) -> str | None:
     """Why a key limited to ``allowed`` queues (None: all) may not submit to ``queue``."""
     if allowed is None or queue in allowed:

@@ -454,11 +454,19 @@ class OpenedFile:
 
 def weights_file(session: Session, settings: Settings, owner: str, job_id: str, step: int | None = None) -> tuple[Checkpoint, OpenedFile]:
     """The consolidated weights of checkpoint ``step``, or of the latest checkpoint that has them, opened."""
-    get_job(session, owner, job_id)
+    job = get_job(session, owner, job_id)
     saved = [c for c in checkpoints(session, job_id) if step is None or c.step == step]
     if not saved:
         raise FileUnavailable(f"job {job_id} has no checkpoint" + (f" at step {step}" if step is not None else ""))
     with_weights = [c for c in saved if isinstance(c.details.get("weights"), str)]
+    if not with_weights and job.spec.get("kind") == "script":
+        latest = saved[-1]
+        where = str(Path(job.run_dir) / latest.path) if job.run_dir else latest.path
+        raise FileUnavailable(
+            f"job {job_id} is a script job: its checkpoints hold what its script saved, and torchyard makes no consolidated "
+            f"weights file of them; step {latest.step} is {where} on the runs volume (`torchyard status {job_id}` lists "
+            f"every checkpoint's path); a file the script writes under artifacts/ downloads with "
+            f"`torchyard artifacts {job_id} --get PATH`")
     if not with_weights:
         raise FileUnavailable(f"job {job_id}: no consolidated weights file" + (f" at step {step}" if step is not None else "")
                               + "; the final checkpoint of a finished job has one")

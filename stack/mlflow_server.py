@@ -28,7 +28,7 @@ def mlflow_server(work: Path, timeout_s: float = 180) -> Iterator[str]:
     """Start the server with its database, artifacts and log (``mlflow.log``) under ``work``; yields its URL."""
     command = mlflow_command()
     if command is None:
-        raise RuntimeError("mlflow is not installed (pip install -e '.[dev]' installs it)")
+        raise RuntimeError("mlflow is not installed (pip install -e '.[test]' installs it)")
     port = free_port()
     log_path = work / "mlflow.log"
     with log_path.open("wb") as out:

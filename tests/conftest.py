@@ -17,6 +17,9 @@ from stack.redis_server import RedisServer
 from tests import postgres_server
 from tests.helpers import ADMIN_TOKEN, Services
 
+# Hooks: the quick selection (-m "not slow") fails any test that starts torchrun.
+from tests.torchrun_guard import pytest_deselected, pytest_runtest_call  # noqa: F401
+
 POSTGRES_ADMIN_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 
 

@@ -49,6 +49,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 from trainer import catalog
 from trainer.env_rules import env_name_problem, name_problem
 from trainer.requirements import MAX_REQUIREMENT_CHARS, MAX_REQUIREMENTS, requirement_problem
+from trainer.spec_messages import user_problems
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
 LABEL_KEY_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$"
@@ -352,7 +353,7 @@ def _args_problems(section: str, entry: catalog.CatalogEntry, args: dict[str, An
     try:
         catalog.validate_args(entry, args)
     except ValidationError as exc:
-        return [SpecProblem((section, "args", *err["loc"]), err["msg"]) for err in exc.errors()]
+        return [SpecProblem((section, "args", *loc), msg) for loc, msg in user_problems(exc.errors(), [entry.args])]
     return []
 
 
@@ -671,13 +672,25 @@ def _module_under_root(module: str, code_dir: Path) -> Path | None:
     return None
 
 
+def _entrypoint_words(why: str, spec: ScriptJobSpec) -> str:
+    """The root named as the user knows it: the directory they uploaded, or the service's own code root,
+    with the way to send their directory when the entrypoint is not found there."""
+    if spec.code:
+        return why.replace("under the code root", "in the uploaded directory").replace("the code root", "the uploaded directory")
+    why = why.replace("the code root", "the service's code root", 1)
+    if why.startswith("no such"):
+        why += ("; to run code from your own directory, send it with the job: `torchyard submit SPEC --workdir DIR`, "
+                "or POST /v1/code and set `code`")
+    return why
+
+
 def script_problems(spec: ScriptJobSpec, limits: SpecLimits) -> list[SpecProblem]:
     """Reasons a script job cannot run: entrypoint not allowed or missing, args too long or with NUL bytes."""
     problems: list[SpecProblem] = []
     try:
         resolve_entrypoint(spec.entrypoint, limits.code_dir, limits.script_modules)
     except ValueError as exc:
-        problems.append(SpecProblem(("entrypoint",), f"{spec.entrypoint!r}: {exc}"))
+        problems.append(SpecProblem(("entrypoint",), f"{spec.entrypoint!r}: {_entrypoint_words(str(exc), spec)}"))
     for i, arg in enumerate(spec.args):
         if "\x00" in arg:
             problems.append(SpecProblem(("args", i), "contains a NUL character"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import signal
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +30,7 @@ class Failure:
 
 # torchrun's summary of a failed worker group names the root-cause rank and its error file.
 _ROOT_CAUSE = re.compile(r"Root Cause.*?rank\s*:\s*(\d+).*?error_file:\s*(\S*)", re.S)
+_EXITCODE = re.compile(r"exitcode\s*:\s*(-?\d+)")
 
 
 def read_error_file(path: Path) -> tuple[str | None, str | None]:
@@ -76,6 +78,22 @@ def root_cause(launcher_text: str) -> tuple[int | None, Path | None]:
     return int(match.group(1)), (Path(error_file).parent if error_file and error_file != "<N/A>" else None)
 
 
+def rank_exit_code(launcher_text: str) -> int | None:
+    """The root-cause rank's own exit code as torchrun reported it (negative: killed by that signal)."""
+    match = _ROOT_CAUSE.search(launcher_text)
+    found = _EXITCODE.search(launcher_text, match.start(), match.end()) if match else None
+    return int(found.group(1)) if found else None
+
+
+def _ended(code: int) -> str:
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with code {code}"
+
+
 def failure(exit_code: int | None, error_file: Path, launcher_log: Path, default: ErrorType = ErrorType.TRAINING) -> Failure:
     message, traceback = read_error_file(error_file)
     launcher_tail = tail(launcher_log, 400)
@@ -89,9 +107,16 @@ def failure(exit_code: int | None, error_file: Path, launcher_log: Path, default
     kind = classify(exit_code, message, log_tail)
     if kind is ErrorType.TRAINING:
         kind = default
-    summary = message or f"torchrun exited with code {exit_code}"
-    if rank is not None:
-        summary = f"rank {rank}: {summary}"
+    rank_code = rank_exit_code(launcher_tail)
+    if message and rank is not None:
+        summary = f"rank {rank}: {message}"
+    elif rank is not None and rank_code is not None:
+        # torchrun's own code (1 whenever a rank fails) says less than the rank's: name both.
+        summary = f"rank {rank} {_ended(rank_code)}" + (f"; torchrun exited with code {exit_code}" if exit_code is not None else "")
+    elif rank is not None:
+        summary = f"rank {rank}: torchrun exited with code {exit_code}"
+    else:
+        summary = message or f"torchrun exited with code {exit_code}"
     return Failure(type=kind, message=summary, traceback=traceback, exit_code=exit_code, log_tail=log_tail or None, rank=rank)
 
 

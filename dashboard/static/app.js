@@ -516,9 +516,12 @@ async function pollMetricsSince(signal) {
 async function loadCheckpoints(signal) {
   try {
     const { items } = await api(`/v1/jobs/${current.id}/checkpoints`, { signal });
+    // keep_last deletes old checkpoints' files: their rows stay, marked, so the step history reads right.
     const rows = items.map((c) =>
-      el("tr", {}, el("td", { class: "num" }, String(c.step)), el("td", { class: "num" }, c.epoch ?? "–"),
-        el("td", { class: "mono" }, c.path), el("td", { title: c.created_at }, ago(c.created_at))));
+      el("tr", c.available === false ? { class: "pruned", title: "pruned by keep_last: its files are gone" } : {},
+        el("td", { class: "num" }, String(c.step)), el("td", { class: "num" }, c.epoch ?? "–"),
+        el("td", { class: "mono" }, c.available === false ? `${c.path} (pruned)` : c.path),
+        el("td", { title: c.created_at }, ago(c.created_at))));
     $("checkpoints").tBodies[0].replaceChildren(...rows);
     $("checkpoints-empty").hidden = rows.length > 0;
   } catch (err) {

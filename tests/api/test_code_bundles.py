@@ -139,6 +139,7 @@ def test_upload_dedupe_per_owner_and_a_spec_resolving_inside_its_bundle(services
         assert alice.post("/v1/jobs", json={**spec, "entrypoint": "pkg/link.py"}).status_code == 201
         missing = alice.post("/v1/jobs", json={**spec, "entrypoint": "nope.py"})
         assert missing.status_code == 422 and missing.json()["errors"][0]["field"] == "entrypoint"
+        assert missing.json()["errors"][0]["message"] == "'nope.py': no such file in the uploaded directory"
         # A bundle does not widen the entrypoint allow-list: installed modules still need TORCHYARD_SCRIPT_MODULES.
         for outside in ("pip", "json.tool", "../train.py"):
             refused = alice.post("/v1/jobs", json={**spec, "entrypoint": outside})

@@ -128,3 +128,38 @@ def test_readyz_reports_both_dependencies(client: TestClient) -> None:
     body = client.get("/readyz").json()
     assert body == {"status": "ok", "checks": {"database": "ok", "redis": "ok"}}
     assert client.get("/healthz").json()["status"] == "ok"
+
+
+@pytest.mark.parametrize(
+    ("change", "errors"),
+    [
+        ({"parallel": {"nproc_per_node": "two"}}, {"parallel.nproc_per_node": 'must be an integer from 1 to 64 or "gpu"; got "two"'}),
+        ({"train": {"global_batch_size": 32, "learning_rate": 0.1}}, {"train.learning_rate": 'unknown field; did you mean "lr"?'}),
+        ({"paralel": {"nproc_per_node": 2}}, {"paralel": 'unknown field; did you mean "parallel"?'}),
+        ({"parallel": {"strategy": "dpp"}}, {"parallel.strategy": 'must be "ddp" or "fsdp"; got "dpp"; did you mean "ddp"?'}),
+        ({"train": {"epochs": 1.5, "global_batch_size": 32}}, {"train.epochs": "must be an integer from 1 to 100000; got 1.5"}),
+        ({"model": {"name": "mlp", "args": {"hiden": 16}}}, {"model.args.hiden": 'unknown field; did you mean "hidden"?'}),
+    ],
+)
+def test_spec_errors_are_said_in_the_users_words_with_a_suggestion(client: TestClient, change: dict, errors: dict[str, str]) -> None:
+    resp = client.post("/v1/jobs", json=mlp_spec(**change))
+    assert resp.status_code == 422, resp.text
+    body = resp.json()
+    assert {e["field"]: e["message"] for e in body["errors"]} == errors
+    assert body["detail"] == "; ".join(f"{field}: {message}" for field, message in errors.items())
+    assert client.get("/v1/jobs").json()["items"] == []
+
+
+def test_a_missing_script_without_uploaded_code_points_at_workdir(client: TestClient) -> None:
+    resp = client.post("/v1/jobs", json={"kind": "script", "name": "s", "entrypoint": "train.py"})
+    assert resp.status_code == 422, resp.text
+    [error] = resp.json()["errors"]
+    assert error["field"] == "entrypoint"
+    assert error["message"].startswith("'train.py': no such file under the service's code root; to run code from your own directory")
+    assert "torchyard submit SPEC --workdir DIR" in error["message"]
+
+
+def test_a_body_that_is_not_a_spec_mapping_is_named_as_the_body(client: TestClient) -> None:
+    resp = client.post("/v1/jobs", json=[1, 2])
+    assert resp.status_code == 422, resp.text
+    assert resp.json()["errors"] == [{"field": "body", "message": "must be a mapping of fields; got [1, 2]"}]

@@ -21,8 +21,6 @@ from jobs.settings import Settings
 from tests.conftest import make_settings
 from worker.processes import marked_processes
 
-pytestmark = pytest.mark.slow
-
 
 @pytest.fixture
 def database_url(sqlite_url: str) -> str:

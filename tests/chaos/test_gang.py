@@ -20,6 +20,8 @@ from tests.helpers import Services, wait_until
 from worker.processes import marked_processes
 
 TERMINAL = {"succeeded", "failed", "cancelled"}
+
+pytestmark = pytest.mark.slow
 # Short rounds so a gang that cannot assemble lets go quickly; every node on this one host.
 GANG_ENV = {"TORCHYARD_WORKER_HOST": "127.0.0.1", "TORCHYARD_GANG_ASSEMBLE_TIMEOUT_S": "4",
             "TORCHYARD_GANG_JOIN_TIMEOUT_S": "30"}

@@ -5,12 +5,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from jobs.settings import Settings
 from tests.chaos.conftest import assert_nothing_lost, attempts, faults, slow, spec, wait_step
 from tests.helpers import Services, wait_until
 from worker.processes import marked_processes
 
 TERMINAL = {"succeeded", "failed", "cancelled"}
+
+pytestmark = pytest.mark.slow
 
 
 def _world_sizes(run_dir: str) -> list[int]:

@@ -13,6 +13,8 @@ from tests.chaos.conftest import assert_nothing_lost, attempts, faults, spec
 from tests.helpers import Services
 
 TERMINAL = {"succeeded", "failed", "cancelled"}
+
+pytestmark = pytest.mark.slow
 STEPS = 8
 
 

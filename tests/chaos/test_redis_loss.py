@@ -16,6 +16,8 @@ from tests.helpers import Services
 
 TERMINAL = {"succeeded", "failed", "cancelled"}
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture
 def own_redis(tmp_path: Path) -> RedisServer:
@@ -46,7 +48,6 @@ def test_redis_restarted_empty_while_jobs_queue_and_run(services: Services, own_
             assert_nothing_lost(client, jobs[job_id], 10)
 
 
-@pytest.mark.slow
 def test_redis_restarted_empty_mid_two_node_job(services: Services, own_redis: RedisServer) -> None:
     """Gang heartbeats, the round's state and RQ's bookkeeping all vanish; the nodes' Redis calls ride out the
     restart and a heartbeat missing once is not a lost node, so the gang trains on."""

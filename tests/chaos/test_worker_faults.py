@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import signal
 
+import pytest
+
 from jobs.settings import Settings
 from tests.chaos.conftest import assert_nothing_lost, attempts, faults, slow, spec, wait_step
 from tests.helpers import Services, wait_until
 from worker.processes import marked_processes
 
 TERMINAL = {"succeeded", "failed", "cancelled"}
+
+pytestmark = pytest.mark.slow
 
 
 def test_whole_worker_sigkilled_mid_job_resumes_on_a_new_worker(services: Services, settings: Settings) -> None:

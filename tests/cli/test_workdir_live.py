@@ -21,7 +21,7 @@ from tests.helpers import ROOT, Services
 
 pytestmark = pytest.mark.slow
 
-PACKAGE, VERSION = "tomli-w", "1.2.0"  # tiny, pure Python, no dependencies, not installed in the worker's environment
+PACKAGE, VERSION = "toolz", "1.0.0"  # tiny, pure Python, no dependencies, not installed in the worker's environment
 
 
 def test_plain_ddp_script_from_a_workdir_runs_and_its_output_is_the_default_log(live: Services, tmp_path: Path) -> None:
@@ -68,14 +68,14 @@ def test_plain_ddp_script_from_a_workdir_runs_and_its_output_is_the_default_log(
 
 
 def test_requirements_install_once_and_a_failed_install_is_a_setup_error(live: Services, tmp_path: Path) -> None:
-    assert importlib.util.find_spec("tomli_w") is None, "the test package must not be in the worker's environment already"
+    assert importlib.util.find_spec("toolz") is None, "the test package must not be in the worker's environment already"
     work = tmp_path / "work"
     (work / "scripts").mkdir(parents=True)
     (work / "mylib.py").write_text("WHERE = 'the bundle root'\n")
     # In a subdirectory, importing a module at the bundle's root: the rank bootstrap put the bundle first on sys.path.
     (work / "scripts" / "uses_dep.py").write_text(
-        "import os, sys, tomli_w, torch, mylib\n"
-        "print('dumped', tomli_w.dumps({'answer': 42}).strip(), 'with torch', torch.__version__, flush=True)\n"
+        "import os, sys, toolz, torch, mylib\n"
+        "print('first', toolz.first([42, 7]), 'with torch', torch.__version__, flush=True)\n"
         "print('python', sys.prefix, file=sys.stderr)\n"
         "print('mylib from', mylib.WHERE, 'code dir', os.environ['TORCHYARD_CODE_DIR'], flush=True)\n")
     spec = {"kind": "script", "name": "needs-dep", "entrypoint": "scripts/uses_dep.py", "parallel": {"nproc_per_node": 1},
@@ -89,7 +89,7 @@ def test_requirements_install_once_and_a_failed_install_is_a_setup_error(live: S
             job = client.wait(job_id, timeout=300, poll_interval=0.5)
             assert job.status == "succeeded", job.error
             log = client.logs(job_id)
-            assert "[rank 0] dumped answer = 42 with torch 2.13.0" in log, log
+            assert "[rank 0] first 42 with torch 2.13.0" in log, log
             assert f"[rank 0] python {venvs}" in log  # the ranks ran in the job's environment
             run_code = Path(client.job(job_id).run_dir or "").resolve() / "code"
             assert f"[rank 0] mylib from the bundle root code dir {run_code}" in log, log

@@ -38,7 +38,7 @@ def _test_env() -> dict[str, str]:
 def test_compose_file_is_valid_against_the_compose_spec(path: Path) -> None:
     binary = shutil.which("check-jsonschema")
     if binary is None:
-        pytest.skip("check-jsonschema is not installed (pip install -e '.[dev]')")
+        pytest.skip("check-jsonschema is not installed (pip install -e '.[test]')")
     result = subprocess.run([binary, "--builtin-schema", "vendor.compose-spec", str(path)], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
 

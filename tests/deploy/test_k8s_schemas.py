@@ -19,7 +19,7 @@ from referencing import Registry, Resource
 
 from tests.deploy.test_manifests import SPEC, _docs, _with
 
-kubernetes_validate = pytest.importorskip("kubernetes_validate", reason="kubernetes-validate is not installed (pip install -e '.[dev]')")
+kubernetes_validate = pytest.importorskip("kubernetes_validate", reason="kubernetes-validate is not installed (pip install -e '.[test]')")
 from kubernetes_validate import utils as kv  # noqa: E402
 
 # The oldest release the JobSet controller supports and the newest kubernetes-validate knows.

@@ -107,7 +107,7 @@ def test_tensorboard_profiler_and_system_metrics(services: Services, tmp_path: P
 @pytest.fixture
 def mlflow_server(tmp_path: Path) -> Iterator[str]:
     if mlflow_command() is None:
-        pytest.skip("mlflow is not installed (pip install -e '.[dev]' installs it)")
+        pytest.skip("mlflow is not installed (pip install -e '.[test]' installs it)")
     with start_mlflow_server(tmp_path) as url:
         yield url
 

@@ -113,16 +113,16 @@ def test_slurm_records_become_states_and_verdicts(record: JobRecord, stopping: b
 
 
 def test_verdicts_retry_as_the_same_end_on_a_local_worker() -> None:
-    def verdict(reason: EngineReason) -> tuple[bool, bool]:
+    def verdict(reason: EngineReason) -> tuple[ErrorType, bool]:
         found = engine_verdict(RankState(Phase.EXITED, reason=reason))
         assert found is not None
-        return found.retry, found.requeue
+        return found.error_type, found.retry
 
-    assert verdict(EngineReason.TIME_LIMIT) == (False, False)  # as the supervisor's own timeout_s
-    assert verdict(EngineReason.NODE_FAILURE) == (False, True)  # as a lost worker: no retry spent
-    assert verdict(EngineReason.PREEMPTED) == (False, True)  # as a preempted worker
-    assert verdict(EngineReason.OUT_OF_MEMORY) == (True, False)  # as an OOM: retried while retries last
-    assert verdict(EngineReason.CANCELLED) == (False, False)
+    assert verdict(EngineReason.TIME_LIMIT) == (ErrorType.TIMEOUT, False)  # as the supervisor's own timeout_s
+    assert verdict(EngineReason.NODE_FAILURE) == (ErrorType.WORKER_LOST, False)  # as a lost worker: requeued, no retry spent
+    assert verdict(EngineReason.PREEMPTED) == (ErrorType.PREEMPTED, False)  # as a preempted worker
+    assert verdict(EngineReason.OUT_OF_MEMORY) == (ErrorType.OOM, True)  # as an OOM: retried while retries last
+    assert verdict(EngineReason.CANCELLED) == (ErrorType.CANCELLED_BY_ENGINE, False)
 
 
 @pytest.mark.parametrize(("text", "seconds"), [("00:01:00", 60), ("1-02:03:04", 93784), ("05:30", 330), ("7", 420),

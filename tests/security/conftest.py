@@ -28,8 +28,6 @@ from stack.redis_server import RedisServer
 from tests.conftest import make_settings
 from tests.helpers import Services
 
-pytestmark = pytest.mark.slow
-
 # A rank of a script job that tells what it sees, as files in its run directory, never the secret values themselves.
 REPORT_SCRIPT = '''
 import ctypes, hashlib, json, os, sys

@@ -16,7 +16,7 @@ from worker import venvs
 
 pytestmark = pytest.mark.slow
 
-REQUIREMENTS = ["tomli-w==1.2.0"]
+REQUIREMENTS = ["toolz==1.0.0"]  # tiny, pure Python, no dependencies, not in the worker's environment
 
 
 def settings_in(tmp_path: Path, **overrides: object) -> Settings:
@@ -48,7 +48,7 @@ def test_concurrent_jobs_build_one_environment_and_it_layers_over_the_workers(tm
     assert set(waited) == {0, 1}  # both kept heart-beating while the build ran
 
     python = results[0]
-    out = subprocess.run([python, "-c", "import tomli_w, torch, trainer, sys; print(torch.__version__, sys.prefix)"],
+    out = subprocess.run([python, "-c", "import toolz, torch, trainer, sys; print(torch.__version__, sys.prefix)"],
                          capture_output=True, text=True, check=True).stdout.split()
     assert out[0].startswith("2.13.0") and out[1] == str(built[0])  # torch from the worker's environment, not reinstalled
     assert not list(built[0].glob("lib/python*/site-packages/torch"))

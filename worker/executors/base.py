@@ -126,28 +126,27 @@ class Executor(Protocol):
 
 @dataclass(frozen=True)
 class EngineVerdict:
-    """What the supervisor does with an attempt the engine ended: fail with ``error_type``, and
-    ``retry`` (spend one of the job's retries), ``requeue`` (a new attempt without spending one, as
-    for a lost worker or a preemption) or neither."""
+    """What the supervisor does with an attempt the engine ended: fail with ``error_type``, and ``retry``
+    (spend one of the job's retries) or not. A lost node or a preemption gets a new attempt without
+    spending one, as on a local worker: the supervisor reads that from ``error_type``."""
 
     error_type: ErrorType
     retry: bool
-    requeue: bool
     message: str
 
 
-# (error type, retry, requeue, message) of each engine-side end, as the same end on a local worker gets it.
-_VERDICTS: dict[EngineReason, tuple[ErrorType, bool, bool, str]] = {
+# (error type, retry, message) of each engine-side end, as the same end on a local worker gets it.
+_VERDICTS: dict[EngineReason, tuple[ErrorType, bool, str]] = {
     # Like the supervisor's own timeout_s: a longer run would hit it again.
-    EngineReason.TIME_LIMIT: (ErrorType.TIMEOUT, False, False, "timeout: the engine's time limit"),
+    EngineReason.TIME_LIMIT: (ErrorType.TIMEOUT, False, "timeout: the engine's time limit"),
     # Like a lost worker: not the training's fault; a new attempt resumes elsewhere.
-    EngineReason.NODE_FAILURE: (ErrorType.WORKER_LOST, False, True, "a node of the attempt failed"),
-    EngineReason.PREEMPTED: (ErrorType.PREEMPTED, False, True, "preempted by the engine; resumes from its checkpoint"),
-    EngineReason.OUT_OF_MEMORY: (ErrorType.OOM, True, False, "out of host memory"),
+    EngineReason.NODE_FAILURE: (ErrorType.WORKER_LOST, False, "a node of the attempt failed"),
+    EngineReason.PREEMPTED: (ErrorType.PREEMPTED, False, "preempted by the engine; resumes from its checkpoint"),
+    EngineReason.OUT_OF_MEMORY: (ErrorType.OOM, True, "out of host memory"),
     # Asked for more than the cluster has (CPUs, GPUs, nodes, time): only a changed spec can run.
-    EngineReason.UNSCHEDULABLE: (ErrorType.SPEC, False, False, "the engine can never run it as asked"),
+    EngineReason.UNSCHEDULABLE: (ErrorType.SPEC, False, "the engine can never run it as asked"),
     # Someone with power over the cluster wanted it gone: retrying would fight them.
-    EngineReason.CANCELLED: (ErrorType.CANCELLED_BY_ENGINE, False, False, "cancelled in the engine, not through torchyard"),
+    EngineReason.CANCELLED: (ErrorType.CANCELLED_BY_ENGINE, False, "cancelled in the engine, not through torchyard"),
 }
 
 
@@ -156,6 +155,6 @@ def engine_verdict(state: RankState) -> EngineVerdict | None:
     decides, as for a local attempt (outcome.failure, was_preempted)."""
     if state.reason is None:
         return None
-    error_type, retry, requeue, message = _VERDICTS[state.reason]
+    error_type, retry, message = _VERDICTS[state.reason]
     detail = f" ({state.detail})" if state.detail else ""
-    return EngineVerdict(error_type, retry=retry, requeue=requeue, message=message + detail)
+    return EngineVerdict(error_type, retry=retry, message=message + detail)
