@@ -26,10 +26,18 @@ class BundleRefused(ValueError):
     """The archive cannot be a bundle (HTTP 422); ``member`` names the offending entry when there is one."""
 
     def __init__(self, reason: str, member: str | None = None):
-        if member is not None:  # a name that is not UTF-8 (tar's surrogate escapes) is shown escaped: JSON cannot carry it
-            member = member.encode("utf-8", "backslashreplace").decode()
+        if member is not None:
+            member = _printable(member)
         self.member, self.reason = member, reason
         super().__init__(f"{member}: {reason}" if member is not None else reason)
+
+
+def _printable(name: str) -> str:
+    """A member name as a JSON answer can carry it: bytes that are not UTF-8 (tar's surrogate escapes) as \\xNN."""
+    try:
+        return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:
+        return name.encode("utf-8", "backslashreplace").decode()
 
 
 class BundleTooLarge(ValueError):
