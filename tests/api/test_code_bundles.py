@@ -379,3 +379,16 @@ def test_uploads_work_for_an_api_running_as_a_non_root_user(as_unprivileged: lis
         st = path.lstat()
         assert st.st_uid == UNPRIVILEGED_UID, path
         assert stat.S_IMODE(st.st_mode) == (0o700 if path.is_dir() else 0o600), (path, oct(st.st_mode))
+
+
+def test_a_path_too_long_for_where_the_store_is_names_its_member(settings: Settings, tmp_path: Path) -> None:
+    """Under the member-name limits, yet longer than PATH_MAX once under the store's own (long) path: the filesystem's
+    ENAMETOOLONG is the archive's fault, refused naming the member, and nothing is kept."""
+    deep = tmp_path.joinpath(*["s" * 200] * 7)
+    store = settings.model_copy(update={"bundles_dir": deep})
+    name = "/".join(["m" * 250] * 11) + "/x.py"
+    assert len(name) < 3072 and len(str(deep)) + len(name) > 4096
+    with pytest.raises(bundles.BundleRefused) as refused:
+        stored(store, "alice", tar_of(GOOD, member(name)))
+    assert refused.value.member == name and "cannot hold" in refused.value.reason
+    assert no_files_under(deep) == []

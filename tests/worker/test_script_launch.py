@@ -356,3 +356,15 @@ def test_a_users_own_trainer_module_is_the_one_its_code_imports(tmp_path: Path) 
     (code / "train.py").write_text(f"from trainer import report\nprint(report.__name__, report.__file__.startswith({str(code)!r}))\n")
     done = run_program(rank_program(script(), settings.model_copy(update={"code_dir": code}), run_dir), run_dir)
     assert (done.returncode, done.stdout) == (0, "trainer.report False\n"), done.stderr
+
+
+def test_an_allow_listed_installed_module_runs_as_python_m_would(tmp_path: Path) -> None:
+    code, run_dir = tmp_path / "code", tmp_path / "run"
+    code.mkdir()
+    run_dir.mkdir()
+    (run_dir / "in.json").write_text('{"b": 1, "a": [2]}')
+    settings = Settings(code_dir=code, data_dir=tmp_path / "data", runs_dir=tmp_path, script_modules=["json.tool"])
+    program = rank_program(script(entrypoint="json.tool", args=["--sort-keys", "--compact", "in.json"]), settings, run_dir)
+    assert program[3:5] == ["installed", "json.tool"]
+    done = run_program(program, run_dir)
+    assert (done.returncode, done.stdout) == (0, '{"a":[2],"b":1}\n'), done.stderr
