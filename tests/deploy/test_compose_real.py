@@ -298,7 +298,7 @@ for step in (1, 2, 3):
 def test_code_bundle_uploads_and_its_script_runs_in_the_containers(stack: Stack, tmp_path: Path) -> None:
     """`submit(workdir=...)` through the client: the API (uid 10001 in its image) stores the bundle on the runs volume,
     the worker container unpacks its own copy and runs the script from it."""
-    from client import Client, Job
+    from client import Client
 
     work = tmp_path / "project"
     (work / "helpers").mkdir(parents=True)
@@ -312,11 +312,8 @@ def test_code_bundle_uploads_and_its_script_runs_in_the_containers(stack: Stack,
                              "parallel": {"nproc_per_node": 1}}, workdir=work)
         assert job.spec["code"].startswith("sha256:")
         # The tenant's job: the stack's admin client gets 404 for it, like any other owner.
-        def done() -> Job | None:
-            polled = client.job(job.id)
-            return polled if polled.terminal else None
-
-        finished = wait_until(done, 300, interval_s=0.5, what=f"job {job.id} to finish")
+        wait_until(lambda: client.job(job.id).terminal, 300, interval_s=0.5, what=f"job {job.id} to finish")
+        finished = client.job(job.id)
         log.info("bundle job, upload to succeeded: %.1fs", time.monotonic() - started)
         assert finished.succeeded, f"{finished.error}\n{stack.logs('api', 'worker-cpu')}"
         assert finished.last_step == 3
