@@ -8,21 +8,27 @@ worker stream up to ``MAX_CODE_BYTES`` out of SQL per job and bloat backups with
 Layout, per owner (the directory name is a digest of the owner, so owners never share or probe
 each other's bundles)::
 
-    <bundles>/<owner digest>/<hex>.tar   the archive as uploaded (its sha256 is <hex>), read-only
-    <bundles>/<owner digest>/<hex>/      the same files unpacked, read-only: where the API resolves
-                                         a job's entrypoint at submission
+    <bundles>/<owner digest>/<hex>.tar   the archive as uploaded (its sha256 is <hex>)
+    <bundles>/<owner digest>/<hex>/      the same files unpacked: where the API resolves a job's
+                                         entrypoint at submission
     <bundles>/.incoming/                 uploads and unpacking in progress; renamed into place whole
 
-An archive is refused whole (``BundleRefused``, naming the member) before anything is kept when a
-member has an absolute path or ``..``, is a device file, a FIFO or a hard link, lies under a symlink,
-appears twice, or is a symlink that resolves outside the bundle. The worker checks the archive
-again (digest and members) when it unpacks it into a job's run directory.
+The store is the service's alone: directories 0700, files 0600, whatever the umask, so no job's uid
+reads another owner's code through it. The API and the workers must run as the same user (or the
+workers as root) to share it. Each job gets its own read-only copy under its run directory.
+
+An archive is refused whole before anything is kept when one of its members cannot be unpacked
+safely (jobs.bundle_check: ``BundleRefused`` naming the member), or when its files add up to more
+than ``max_code_unpacked_bytes``, sparse ones at their full size (``BundleTooLarge``), which is
+known from the member list before anything is unpacked. The worker checks the archive again (digest,
+members and size) when it unpacks it into a job's run directory.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import hashlib
 import logging
 import os
@@ -31,33 +37,22 @@ import shutil
 import stat
 import tarfile
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
+from jobs.bundle_check import BundleRefused, BundleTooLarge, check_members, parts_of
 from jobs.settings import Settings
 from trainer.spec import JobSpec, ScriptJobSpec, SpecError, SpecLimits, SpecProblem, resolve_under
 
 log = logging.getLogger(__name__)
 
 PREFIX = "sha256:"
-MAX_MEMBERS = 100_000
-MAX_NAME_CHARS = 4096
-_SYMLINK_HOPS = 40
+STORE_DIR_MODE, STORE_FILE_MODE = 0o700, 0o600
 _CHUNK = 1 << 20
 CODE_DIR_NAME = "code"  # a job's unpacked bundle: runs/<id>/code
-
-
-class BundleRefused(ValueError):
-    """The archive cannot be a bundle (HTTP 422); ``member`` names the offending entry when there is one."""
-
-    def __init__(self, reason: str, member: str | None = None):
-        self.member, self.reason = member, reason
-        super().__init__(f"{member}: {reason}" if member is not None else reason)
-
-
-class BundleTooLarge(ValueError):
-    """The archive is larger than ``max_code_bytes`` (HTTP 413)."""
+__all__ = ["BundleRefused", "BundleTooLarge", "check_members"]  # checked in jobs.bundle_check, refused from here
 
 
 class BundleMissing(LookupError):
@@ -118,119 +113,53 @@ def spec_limits(settings: Settings, owner: str, spec: JobSpec | ScriptJobSpec) -
     return dataclasses.replace(limits, code_dir=tree_path(settings, owner, spec.code))
 
 
-# ------------------------------------------------------------------ checking an archive
-
-
-def _parts(name: str) -> tuple[str, ...]:
-    return tuple(p for p in name.split("/") if p not in ("", "."))
-
-
-def _resolves_inside(parts: tuple[str, ...], links: dict[tuple[str, ...], str]) -> bool:
-    """Resolve a path inside the bundle the way the kernel would, following the archive's own symlinks;
-    False when any step leaves the bundle root (or the links loop)."""
-    out: list[str] = []
-    pending = list(parts)
-    hops = 0
-    while pending:
-        part = pending.pop(0)
-        if part in ("", "."):
-            continue
-        if part == "..":
-            if not out:
-                return False
-            out.pop()
-            continue
-        out.append(part)
-        target = links.get(tuple(out))
-        if target is not None:
-            hops += 1
-            if hops > _SYMLINK_HOPS or target.startswith("/"):
-                return False
-            out.pop()  # the target is relative to the link's directory
-            pending = target.split("/") + pending
-    return True
-
-
-def check_members(tar: tarfile.TarFile) -> list[tarfile.TarInfo]:
-    """Every member, checked; raises BundleRefused naming the first one that cannot be unpacked safely."""
-    members: list[tarfile.TarInfo] = []
-    seen: dict[tuple[str, ...], tarfile.TarInfo] = {}
-    links: dict[tuple[str, ...], str] = {}
-    for m in tar:
-        if len(members) >= MAX_MEMBERS:
-            raise BundleRefused(f"more than {MAX_MEMBERS} members")
-        name = m.name
-        if name.startswith("/") or PurePosixPath(name).is_absolute():
-            raise BundleRefused("absolute path", name)
-        if "\x00" in name or len(name) > MAX_NAME_CHARS:
-            raise BundleRefused("name has a NUL character or is too long", name)
-        if ".." in name.split("/"):
-            raise BundleRefused("'..' in the path", name)
-        parts = _parts(name)
-        if not parts:
-            if m.isdir():
-                continue  # "./", the root itself, as `tar -C dir .` writes it
-            raise BundleRefused("a file without a name", name)
-        if m.islnk():
-            raise BundleRefused("hard link", name)
-        if m.ischr() or m.isblk():
-            raise BundleRefused("device file", name)
-        if m.isfifo():
-            raise BundleRefused("FIFO", name)
-        if not (m.isreg() or m.isdir() or m.issym()):
-            raise BundleRefused(f"unsupported member type {m.type!r}", name)
-        if parts in seen:
-            raise BundleRefused("appears twice in the archive", name)
-        if m.issym():
-            if not m.linkname or "\x00" in m.linkname or m.linkname.startswith("/"):
-                raise BundleRefused(f"symlink to an absolute or empty path {m.linkname!r}", name)
-            links[parts] = m.linkname
-        seen[parts] = m
-        members.append(m)
-    for parts, m in seen.items():
-        for depth in range(1, len(parts)):
-            parent = seen.get(parts[:depth])
-            if parent is not None and not parent.isdir():
-                what = "a symlink" if parent.issym() else "a file"
-                raise BundleRefused(f"lies under {what} ({'/'.join(parts[:depth])})", m.name)
-        if m.issym() and not _resolves_inside(parts, links):
-            raise BundleRefused(f"symlink to {m.linkname!r} resolves outside the bundle", m.name)
-    return members
-
-
 # ------------------------------------------------------------------ unpacking
 
 
-def _extract(tar: tarfile.TarFile, members: list[tarfile.TarInfo], dest: Path) -> None:
-    """Unpack checked members into the new directory ``dest``, then make it read-only. Nothing is written
+@contextlib.contextmanager
+def _unpacking(m: tarfile.TarInfo) -> Iterator[None]:
+    """A name this filesystem cannot hold (too long for it, or bytes it refuses) is the archive's fault: 422 naming it."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno in (errno.ENAMETOOLONG, errno.EILSEQ, errno.EINVAL):
+            raise BundleRefused(f"the filesystem cannot hold this name ({os.strerror(exc.errno)})", m.name) from exc
+        raise
+
+
+def _extract(tar: tarfile.TarFile, members: list[tarfile.TarInfo], dest: Path, *, read_only: bool) -> None:
+    """Unpack checked members into the new directory ``dest``. ``read_only``: a job's copy, 0555/0444, which its
+    uid reads and cannot change; else the store's, 0700/0600, the service's user's alone. Nothing is written
     through a symlink: links are created last, and no member lies under one (check_members)."""
     dest.mkdir(mode=0o700)
     dirs = [dest]
     for m in members:
-        target = dest.joinpath(*_parts(m.name))
-        if m.isdir():
-            target.mkdir(mode=0o700, parents=True, exist_ok=True)
-            dirs.append(target)
-        elif m.isreg():
-            target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            source = tar.extractfile(m)
-            assert source is not None
-            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-            with os.fdopen(fd, "wb") as out, source:
-                shutil.copyfileobj(source, out, _CHUNK)
-            os.chmod(target, 0o555 if m.mode & 0o111 else 0o444)
+        target = dest.joinpath(*parts_of(m.name))
+        with _unpacking(m):
+            if m.isdir():
+                target.mkdir(mode=0o700, parents=True, exist_ok=True)
+                dirs.append(target)
+            elif m.isreg():
+                target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+                source = tar.extractfile(m)
+                assert source is not None
+                fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+                with os.fdopen(fd, "wb") as out, source:
+                    shutil.copyfileobj(source, out, _CHUNK)
+                    os.fchmod(fd, (0o555 if m.mode & 0o111 else 0o444) if read_only else STORE_FILE_MODE)
     for m in members:
         if m.issym():
-            target = dest.joinpath(*_parts(m.name))
-            target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            os.symlink(m.linkname, target)
+            target = dest.joinpath(*parts_of(m.name))
+            with _unpacking(m):
+                target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+                os.symlink(m.linkname, target)
     for m in members:  # the real filesystem agrees with check_members, or nothing is kept
-        if m.issym() and resolve_under(dest, "/".join(_parts(m.name))) is None:
+        if m.issym() and resolve_under(dest, "/".join(parts_of(m.name))) is None:
             raise BundleRefused("symlink resolves outside the bundle", m.name)
     for root, subdirs, _ in os.walk(dest):
         dirs += [Path(root) / d for d in subdirs if not os.path.islink(Path(root) / d)]
     for d in sorted(set(dirs), key=lambda p: len(p.parts), reverse=True):
-        os.chmod(d, 0o555)
+        os.chmod(d, 0o555 if read_only else STORE_DIR_MODE)
 
 
 def remove_tree(path: Path) -> None:
@@ -247,12 +176,12 @@ def remove_tree(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def _unpack_checked(archive: Path, dest: Path) -> int:
-    """Check the archive's members and unpack them into the new directory ``dest``; the number of files."""
+def _unpack_checked(archive: Path, dest: Path, max_unpacked_bytes: int, *, read_only: bool) -> int:
+    """Check the archive's members, then unpack them into the new directory ``dest``; the number of files."""
     try:
         with tarfile.open(archive, mode="r:") as tar:
-            members = check_members(tar)
-            _extract(tar, members, dest)
+            members = check_members(tar, max_unpacked_bytes)
+            _extract(tar, members, dest, read_only=read_only)
     except tarfile.TarError as exc:
         remove_tree(dest)
         raise BundleRefused(f"not a tar archive ({exc})") from exc
@@ -282,7 +211,11 @@ def unpack_for_job(settings: Settings, owner: str, digest: str, run_dir: Path) -
     if _sha256_file(archive) != hex_of(digest):
         raise BundleRefused(f"stored archive of {digest} does not match its digest (corrupted?)")
     tmp = run_dir / f".code-{secrets.token_hex(6)}"
-    _unpack_checked(archive, tmp)
+    try:
+        _unpack_checked(archive, tmp, settings.max_code_unpacked_bytes, read_only=True)
+    except BundleTooLarge as exc:  # the cap was lowered since the upload: the job cannot run, as for any bad archive
+        raise BundleRefused(str(exc)) from exc
+    # Read-only before the rename, and no rename needs write access to it: the directory stays in run_dir.
     try:
         os.rename(tmp, target)
     except OSError:
@@ -302,10 +235,13 @@ class Upload:
 
     def __init__(self, settings: Settings, owner: str, *, gzip: bool = False):
         self.settings, self.owner, self.limit = settings, owner, settings.max_code_bytes
+        _private_dir(settings.bundles_root)
         self.incoming = settings.bundles_root / ".incoming"
-        self.incoming.mkdir(parents=True, exist_ok=True)
+        _private_dir(self.incoming)
         self.path = self.incoming / f"{secrets.token_hex(8)}.tar"
-        self._file = self.path.open("xb")
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, STORE_FILE_MODE)
+        os.fchmod(fd, STORE_FILE_MODE)
+        self._file = os.fdopen(fd, "wb")
         self._hash = hashlib.sha256()
         self._inflate = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS) if gzip else None
         self.size = 0
@@ -323,19 +259,21 @@ class Upload:
             return
         try:
             # Bounded inflation: a small body that inflates to gigabytes stops at the cap.
-            data = self._inflate.decompress(chunk, self.limit - self.size + 1)
-            self._take(data)
-            while self._inflate.unconsumed_tail:
+            self._take(self._inflate.decompress(chunk, self.limit - self.size + 1))
+            while self._inflate.unconsumed_tail and not self._inflate.eof:
                 self._take(self._inflate.decompress(self._inflate.unconsumed_tail, self.limit - self.size + 1))
         except zlib.error as exc:
             raise BundleRefused(f"body is not valid gzip ({exc})") from exc
+        if self._inflate.eof and (self._inflate.unused_data or self._inflate.unconsumed_tail):
+            # One gzip member is the whole body: anything after it would be bytes nobody checked.
+            raise BundleRefused("bytes after the end of the gzip stream")
 
     def finish(self, expected: str | None = None) -> BundleInfo:
         """Check and store the archive; returns its info. Refusals leave nothing behind."""
         try:
             if self._inflate is not None:
                 if not self._inflate.eof:
-                    raise BundleRefused("gzip body ends early")
+                    raise BundleRefused("gzip body ends early (truncated)")
                 self._take(self._inflate.flush())
             self._file.close()
             digest = f"{PREFIX}{self._hash.hexdigest()}"
@@ -344,17 +282,18 @@ class Upload:
             if exists(self.settings, self.owner, digest):
                 return info(self.settings, self.owner, digest)
             tmp_tree = self.incoming / f"{self.path.stem}.d"
-            files = _unpack_checked(self.path, tmp_tree)
+            files = _unpack_checked(self.path, tmp_tree, self.settings.max_code_unpacked_bytes, read_only=False)
             home = owner_dir(self.settings, self.owner)
-            home.mkdir(parents=True, exist_ok=True)
+            _private_dir(home)
             tree, archive = tree_path(self.settings, self.owner, digest), archive_path(self.settings, self.owner, digest)
             try:
+                # Moving a directory to another parent rewrites its "..": it must be writable to the service's
+                # user until here, so the store's trees are 0700, never read-only.
                 os.rename(tmp_tree, tree)
             except OSError:
                 remove_tree(tmp_tree)  # a concurrent upload of the same bundle won; its tree is complete
                 if not tree.is_dir():
                     raise
-            os.chmod(self.path, stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
             os.replace(self.path, archive)  # the commit point: exists() is true from here on
             log.info("stored code bundle %s (%d bytes, %d files) for %s", digest, self.size, files, self.owner)
             return BundleInfo(digest, self.size, files, datetime.now(timezone.utc), created=True)
@@ -368,6 +307,13 @@ class Upload:
         with contextlib.suppress(FileNotFoundError):
             self.path.unlink()
         remove_tree(self.incoming / f"{self.path.stem}.d")
+
+
+def _private_dir(path: Path) -> None:
+    """A store directory only the service's user enters, whatever the umask or an earlier version left."""
+    path.mkdir(mode=STORE_DIR_MODE, parents=True, exist_ok=True)
+    if stat.S_IMODE(path.stat().st_mode) != STORE_DIR_MODE:
+        os.chmod(path, STORE_DIR_MODE)
 
 
 def code_root(settings: Settings, spec: ScriptJobSpec, run_dir: Path) -> Path:

@@ -34,6 +34,8 @@ class Settings(BaseSettings):
     bundles_dir: Path | None = Field(
         None, description="Uploaded code bundles (POST /v1/code); every API and worker must see it. Default: RUNS_DIR/.bundles.")
     max_code_bytes: int = Field(100 * 1024 * 1024, ge=1024, description="Largest code bundle (the tar); larger uploads answer 413.")
+    max_code_unpacked_bytes: int = Field(1024 ** 3, ge=1024, description=(
+        "Most bytes a code bundle may unpack to, every file counted at its full size (sparse ones too); more answers 413."))
     venvs_dir: Path | None = Field(
         None, description="Cached per-job Python environments (spec requirements). Default: RUNS_DIR/.venvs, shared by the workers.")
     requirements_timeout_s: float = Field(900.0, gt=0, description="Time limit of building one requirements environment.")

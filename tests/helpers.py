@@ -79,21 +79,22 @@ class Services:
         self.url = f"http://127.0.0.1:{self.port}"
         self.headers = {"Authorization": f"Bearer {settings.admin_token or ADMIN_TOKEN}"}
 
-    def _spawn(self, args: list[str], name: str, **env: str) -> subprocess.Popen[bytes]:
+    def _spawn(self, args: list[str], name: str, wrap: list[str] | None = None, **env: str) -> subprocess.Popen[bytes]:
         self.logs.mkdir(parents=True, exist_ok=True)
         out = (self.logs / f"{name}.log").open("ab")
         # Own sessions, like containers: a signal meant for a worker never reaches pytest.
-        return subprocess.Popen([sys.executable, "-m", *args], env=service_env(self.settings, **env), cwd=ROOT,
+        # ``wrap`` prefixes the command (e.g. setpriv, to run the service as another user).
+        return subprocess.Popen([*(wrap or []), sys.executable, "-m", *args], env=service_env(self.settings, **env), cwd=ROOT,
                                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
 
-    def start_api(self, timeout_s: float = 30, **env: str) -> Services:
-        self.api = self._spawn(["api", "--port", str(self.port), "--log-level", "warning"], "api", **env)
+    def start_api(self, timeout_s: float = 30, wrap: list[str] | None = None, **env: str) -> Services:
+        self.api = self._spawn(["api", "--port", str(self.port), "--log-level", "warning"], "api", wrap, **env)
         wait_for_api(self.api, self.url, self.logs / "api.log", timeout_s)
         return self
 
-    def start_worker(self, name: str | None = None, **env: str) -> subprocess.Popen[bytes]:
+    def start_worker(self, name: str | None = None, wrap: list[str] | None = None, **env: str) -> subprocess.Popen[bytes]:
         name = name or f"worker-{len(self.workers)}"
-        proc = self._spawn(["worker", "--name", name], name, **env)
+        proc = self._spawn(["worker", "--name", name], name, wrap, **env)
         self.workers.append(proc)
         return proc
 

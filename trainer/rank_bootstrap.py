@@ -1,4 +1,11 @@
-"""``python -m trainer.rank_bootstrap CODE_ROOT file|module TARGET [ARGS...]``: how a script job's rank starts.
+"""``python -m trainer.rank_bootstrap CODE_ROOT KIND TARGET [ARGS...]``: how a script job's rank starts.
+
+KIND and TARGET, as the worker resolved the entrypoint just before launch:
+
+* ``file PATH``: a ``.py`` file under the code root (PATH resolved, symlinks included);
+* ``module NAME PATH``: a module under the code root, and the file it resolved to (``NAME.py``,
+  or ``NAME/__main__.py`` for a package);
+* ``installed NAME``: an installed module the operator allow-listed (TORCHYARD_SCRIPT_MODULES).
 
 torchrun starts this module on every rank of a ``kind: script`` job instead of the user's
 entrypoint, so that before any of the user's code runs, in this order:
@@ -13,17 +20,24 @@ entrypoint, so that before any of the user's code runs, in this order:
   starts), so the script imports its sibling modules; a ``.py`` entrypoint's own directory
   precedes it, as ``python FILE`` would put it. CODE_ROOT is an argument, not the environment:
   the worker's TORCHYARD_* settings do not reach the ranks. It is the job's unpacked bundle
-  (``runs/<id>/code``) for a job with ``code``, else the service's code root.
+  (``runs/<id>/code``) for a job with ``code``, else the service's code root;
+* the modules this bootstrap imported for itself (the ``trainer`` package) and, for ``module``,
+  those of the entry's top-level package are forgotten unless they come from the code root, so
+  the user's code imports its own ``trainer.py`` or ``trainer/`` as ``python FILE`` would, and a
+  bundle cannot make the rank run one of torchyard's modules (this one included) on its args;
+* a ``module`` entrypoint must resolve, from here, to exactly the file the worker resolved; a rank
+  that would run anything else stops with a message saying so.
 
 Then the entrypoint runs as ``python FILE ARGS`` or ``python -m MODULE ARGS`` would run it
-(``runpy``), with ``sys.argv`` set the same way. The worker resolved TARGET under the code root
-(or the operator's allow-list) just before launch. Torch-free, and importing nothing of the
-user's before the entrypoint itself.
+(``runpy``), with ``sys.argv`` set the same way. Torch-free, and importing nothing of the user's
+before the entrypoint itself.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import pkgutil  # noqa: F401  (runpy imports it lazily: loaded now, the code root cannot stand in for it)
 import runpy
 import signal
 import sys
@@ -31,7 +45,8 @@ import sys
 from trainer.pdeathsig import set_parent_death_signal
 from trainer.rank_output import interleave
 
-USAGE = "usage: python -m trainer.rank_bootstrap CODE_ROOT file|module TARGET [ARGS...]"
+USAGE = "usage: python -m trainer.rank_bootstrap CODE_ROOT file PATH|module NAME PATH|installed NAME [ARGS...]"
+OWN_PACKAGE = "trainer"  # this module's package, and the SDK's: what a user's own trainer.py would clash with
 
 
 def _set_path(code_root: str, script_dir: str | None) -> None:
@@ -43,22 +58,58 @@ def _set_path(code_root: str, script_dir: str | None) -> None:
     os.environ["PYTHONPATH"] = code_root + (os.pathsep + inherited if inherited else "")
 
 
+def _inside(path: str | None, root: str) -> bool:
+    return path is not None and os.path.realpath(path).startswith(root.rstrip(os.sep) + os.sep)
+
+
+def forget_outside(packages: set[str], code_root: str) -> None:
+    """Drop from sys.modules every module of these top-level packages that does not come from the code root,
+    so the next import finds what sys.path (the code root first) says, not what this process loaded before."""
+    for name, module in list(sys.modules.items()):
+        if name.partition(".")[0] not in packages or name in sys.builtin_module_names:
+            continue
+        locations = [getattr(module, "__file__", None), *list(getattr(module, "__path__", None) or [])]
+        if not any(_inside(p, code_root) for p in locations):
+            del sys.modules[name]
+    importlib.invalidate_caches()
+
+
+def module_file(name: str) -> str | None:
+    """The file ``python -m name`` would run (``__main__.py`` of a package), resolved; None when there is none."""
+    spec = importlib.util.find_spec(name)
+    if spec is not None and spec.submodule_search_locations is not None:
+        spec = importlib.util.find_spec(f"{name}.__main__")
+    if spec is None or not spec.has_location or spec.origin is None:
+        return None
+    return os.path.realpath(spec.origin)
+
+
 def main(argv: list[str] | None = None) -> None:
     interleave()  # first: everything below, and everything the entrypoint prints, lands in output.log in order
     argv = sys.argv[1:] if argv is None else argv
-    if len(argv) < 3 or argv[1] not in ("file", "module"):
+    kind = argv[1] if len(argv) > 1 else None
+    if kind not in ("file", "module", "installed") or len(argv) < (4 if kind == "module" else 3):
         raise SystemExit(USAGE)
-    code_root, kind, target, args = argv[0], argv[1], argv[2], argv[3:]
+    code_root, target = argv[0], argv[2]
+    expected, args = (argv[3], argv[4:]) if kind == "module" else (None, argv[3:])
     # Before the entrypoint's imports: a rank must not outlive torchrun.
     if sys.platform.startswith("linux") and not set_parent_death_signal(signal.SIGKILL):
         sys.stderr.write("torchyard: cannot set the parent-death signal; a killed torchrun may leave this rank running\n")
-    sys.argv = [target, *args]
     if kind == "file":
         _set_path(code_root, os.path.dirname(target))
+        forget_outside({OWN_PACKAGE}, code_root)
+        sys.argv = [target, *args]
         runpy.run_path(target, run_name="__main__")
-    else:
-        _set_path(code_root, None)
-        runpy.run_module(target, run_name="__main__", alter_sys=True)
+        return
+    _set_path(code_root, None)
+    forget_outside({OWN_PACKAGE, target.partition(".")[0]} if kind == "module" else {OWN_PACKAGE}, code_root)
+    if kind == "module":
+        found = module_file(target)
+        if found != os.path.realpath(expected or ""):
+            raise SystemExit(f"torchyard: entrypoint {target!r} resolves to {found or 'nothing'} here, not to {expected} "
+                             "as the worker resolved it; not running it")
+    sys.argv = [target, *args]
+    runpy.run_module(target, run_name="__main__", alter_sys=True)
 
 
 if __name__ == "__main__":

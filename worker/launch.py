@@ -103,14 +103,17 @@ def _requirements(spec: JobSpec | ScriptJobSpec) -> list[str]:
 def script_program(spec: ScriptJobSpec, code_root: Path, allowed_modules: frozenset[str] = frozenset()) -> list[str]:
     """What torchrun runs for a script job: the rank bootstrap, told the code root and the resolved file or
     module, then the args verbatim. ``code_root`` is the service's code root, or the job's unpacked bundle
-    (``bundles.code_root``)."""
+    (``bundles.code_root``). A module under the code root goes with the file it resolved to: the bootstrap
+    runs it only if the module still resolves there, never an installed module of the same name."""
     try:
         entry = resolve_entrypoint(spec.entrypoint, code_root, allowed_modules)
     except ValueError as exc:
         raise SpecError([SpecProblem(("entrypoint",), f"{spec.entrypoint!r}: {exc}")]) from exc
     root = str(code_root.resolve())
-    if entry.module is not None:
-        return ["-m", BOOTSTRAP, root, "module", entry.module, *spec.args]
+    if entry.module is not None and entry.file is not None:
+        return ["-m", BOOTSTRAP, root, "module", entry.module, str(entry.file), *spec.args]
+    if entry.module is not None:  # an installed module the operator allow-listed
+        return ["-m", BOOTSTRAP, root, "installed", entry.module, *spec.args]
     assert entry.file is not None
     # The resolved path, not the submitted one: a symlink swapped after this check cannot redirect the rank.
     return ["-m", BOOTSTRAP, root, "file", str(entry.file), *spec.args]

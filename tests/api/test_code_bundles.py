@@ -7,17 +7,25 @@ from __future__ import annotations
 import gzip
 import io
 import os
+import shutil
 import stat
+import subprocess
+import sys
 import tarfile
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
 
 from client.pack import PackError, pack
 from jobs import bundles
+from jobs.db import get_engine
 from jobs.settings import Settings
-from tests.helpers import Services
+from tests.conftest import make_settings
+from tests.helpers import ROOT, Services
 
 CAP = 256 * 1024
 
@@ -63,6 +71,10 @@ ATTACKS: list[tuple[str, bytes, str]] = [
     ("write through a symlink", tar_of(GOOD, member("sub", tarfile.DIRTYPE), member("ln", tarfile.SYMTYPE, link="sub"),
                                        member("ln/x.py")), "ln/x.py"),
     ("duplicate member", tar_of(GOOD, member("train.py", data=b"import os\n")), "train.py"),
+    # Names no filesystem holds: a component over 255 bytes (a file, a directory), a path past what fits under PATH_MAX.
+    ("long file name", tar_of(GOOD, member("a" * 256 + ".py")), "a" * 256 + ".py"),
+    ("long directory name", tar_of(GOOD, member("d" * 300 + "/x.py")), "d" * 300 + "/x.py"),
+    ("long path", tar_of(GOOD, member("/".join(["p" * 200] * 20) + "/x.py")), "/".join(["p" * 200] * 20) + "/x.py"),
 ]
 
 
@@ -71,7 +83,7 @@ def no_files_under(root: Path) -> list[Path]:
 
 
 def test_archive_attacks_are_refused_whole_and_nothing_is_written(services: Services) -> None:
-    services.start_api(TORCHYARD_MAX_CODE_BYTES=str(CAP))
+    services.start_api(TORCHYARD_MAX_CODE_BYTES=str(CAP), TORCHYARD_MAX_CODE_UNPACKED_BYTES=str(CAP // 2))
     root = services.settings.bundles_root
     with services.client() as admin:
         tenant = admin.post("/v1/keys", json={"owner": "mallory", "name": "attacker"}).json()["key"]
@@ -87,6 +99,27 @@ def test_archive_attacks_are_refused_whole_and_nothing_is_written(services: Serv
         for what, body in [("not a tar", b"MZ" + os.urandom(4000)), ("broken gzip", b"\x1f\x8b\x08\x00garbage")]:
             enc = {"Content-Encoding": "gzip"} if what == "broken gzip" else {}
             assert c.post("/v1/code", content=body, headers=enc).status_code == 422, what
+        # A gzip body is one gzip stream, whole: bytes after its end (garbage, or a second stream) and a cut one answer 422.
+        packed = gzip.compress(tar_of(GOOD))
+        for what, body, why in [("trailing garbage", [packed + b"garbage"], "after the end"),
+                                ("garbage in a later chunk", [packed, b"\x00" * 10], "after the end"),
+                                ("a second stream", [packed, gzip.compress(tar_of(member("evil.py")))], "after the end"),
+                                ("truncated", [packed[:-9]], "ends early")]:
+            resp = c.post("/v1/code", content=iter(body), headers={"Content-Encoding": "gzip"})
+            assert resp.status_code == 422 and why in resp.json()["detail"], (what, resp.text)
+            assert resp.headers["content-type"].startswith("application/problem+json")
+        # A name that is not UTF-8 is named escaped (JSON cannot carry the raw bytes), never a 500.
+        raw = io.BytesIO()
+        with tarfile.open(fileobj=raw, mode="w", format=tarfile.GNU_FORMAT, encoding="utf-8", errors="surrogateescape") as tar:
+            info = tarfile.TarInfo("\udcff" * 300 + ".py")
+            tar.addfile(info, io.BytesIO(b""))
+        resp = c.post("/v1/code", content=raw.getvalue())
+        assert resp.status_code == 422 and resp.json()["member"] == "\\xff" * 300 + ".py", resp.text
+        # Files that add up to more than TORCHYARD_MAX_CODE_UNPACKED_BYTES, though the archive is under its own cap.
+        many = tar_of(GOOD, *[member(f"part{i}.bin", data=os.urandom(CAP // 4)) for i in range(3)])
+        assert len(many) < CAP
+        resp = c.post("/v1/code", content=many)
+        assert resp.status_code == 413 and "TORCHYARD_MAX_CODE_UNPACKED_BYTES" in resp.json()["detail"], resp.text
         # Too large: declared up front, streamed without a length, and a small gzip body that inflates past the cap.
         big = tar_of(GOOD, member("weights.bin", data=os.urandom(CAP)))
         assert c.post("/v1/code", content=big).status_code == 413
@@ -239,3 +272,124 @@ def test_every_attack_is_caught_by_the_member_check_alone(tmp_path: Path) -> Non
     ok = check(tar_of(member("./", tarfile.DIRTYPE), GOOD, member("d", tarfile.DIRTYPE),
                       member("d/l", tarfile.SYMTYPE, link="../train.py")))
     assert [m.name for m in ok] == ["train.py", "d", "d/l"]
+
+
+def tenant_client(services: Services, owner: str) -> httpx.Client:
+    with services.client() as admin:
+        key = admin.post("/v1/keys", json={"owner": owner, "name": owner}).json()["key"]
+    return httpx.Client(base_url=services.url, headers={"Authorization": f"Bearer {key}"}, timeout=60)
+
+
+def test_sparse_members_count_at_their_full_size(services: Services, tmp_path: Path) -> None:
+    """`truncate -s 2G zeros.bin; tar --sparse` makes a 10 KiB archive that unpacks to 2 GiB: refused with 413 from the
+    member list, under the default TORCHYARD_MAX_CODE_UNPACKED_BYTES (1 GiB), before anything is unpacked or stored."""
+    if shutil.which("tar") is None or "GNU tar" not in subprocess.run(["tar", "--version"], capture_output=True, text=True).stdout:
+        pytest.skip("needs GNU tar to write sparse members")
+    services.start_api()
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "train.py").write_text("print('hi')\n")
+    with (work / "zeros.bin").open("wb") as f:
+        f.truncate(2 << 30)
+    root = services.settings.bundles_root
+    with tenant_client(services, "sparse") as c:
+        for fmt in ("pax", "gnu", "oldgnu"):
+            archive = tmp_path / f"{fmt}.tar"
+            subprocess.run(["tar", "--sparse", f"--format={fmt}", "-C", str(work), "-cf", str(archive), "train.py", "zeros.bin"],
+                           check=True)
+            assert archive.stat().st_size < 64 * 1024, fmt
+            resp = c.post("/v1/code", content=archive.read_bytes())
+            assert resp.status_code == 413, (fmt, resp.text)
+            assert resp.headers["content-type"].startswith("application/problem+json")
+            assert "TORCHYARD_MAX_CODE_UNPACKED_BYTES" in resp.json()["detail"]
+            assert no_files_under(root) == [], fmt
+            assert not any(p.is_dir() and p.name != ".incoming" for p in root.iterdir()), fmt
+        # A sparse file under the cap is an ordinary bundle, unpacked at its full size.
+        with (work / "zeros.bin").open("wb") as f:
+            f.truncate(1 << 20)
+        archive = tmp_path / "small.tar"
+        subprocess.run(["tar", "--sparse", "--format=pax", "-C", str(work), "-cf", str(archive), "train.py", "zeros.bin"], check=True)
+        resp = c.post("/v1/code", content=archive.read_bytes())
+        assert resp.status_code == 201, resp.text
+        tree = bundles.tree_path(services.settings, "sparse", resp.json()["digest"])
+        assert (tree / "zeros.bin").stat().st_size == 1 << 20
+
+
+UNPRIVILEGED_UID = 10001  # the uid the images run the API and the worker as
+
+
+@pytest.fixture
+def as_unprivileged() -> list[str]:
+    """A command prefix that runs a process as uid 10001, with no privilege to write anything that uid does not own."""
+    setpriv = shutil.which("setpriv")
+    if os.geteuid() != 0 or setpriv is None:
+        pytest.skip("needs root and setpriv to start the API as another user")
+    plain = [setpriv, f"--reuid={UNPRIVILEGED_UID}", f"--regid={UNPRIVILEGED_UID}", "--clear-groups"]
+    # Where the interpreter lives in a directory that uid cannot enter (a pyenv under /root), it may read
+    # (CAP_DAC_READ_SEARCH) but still writes only what it owns, which is what this test is about.
+    for wrap in (plain, [*plain, "--inh-caps=+dac_read_search", "--ambient-caps=+dac_read_search"]):
+        probe = subprocess.run([*wrap, sys.executable, "-c", "import api.app"], capture_output=True, cwd=ROOT,
+                               env={**os.environ, "PYTHONPATH": str(ROOT)})
+        if probe.returncode == 0:
+            return wrap
+    pytest.skip(f"this interpreter does not run as uid {UNPRIVILEGED_UID}: {probe.stderr.decode()[-300:]}")
+
+
+@pytest.fixture
+def shared_work() -> Iterator[Path]:
+    """A work directory other uids can traverse (pytest's own are 0700 root)."""
+    work = Path(tempfile.mkdtemp(prefix="torchyard-bundles-"))
+    work.chmod(0o755)
+    try:
+        yield work
+    finally:
+        get_engine.cache_clear()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def test_uploads_work_for_an_api_running_as_a_non_root_user(as_unprivileged: list[str], shared_work: Path, redis_url: str,
+                                                            tmp_path: Path) -> None:
+    """The images run the API as uid 10001. Every upload answered 500 there: the unpacked tree was made read-only, then
+    moved into the owner's directory, which a non-root user cannot do to a directory it may not write. The store it
+    keeps is that user's alone: directories 0700, files 0600."""
+    for name in ("runs", "db"):
+        (shared_work / name).mkdir()
+        os.chown(shared_work / name, UNPRIVILEGED_UID, UNPRIVILEGED_UID)
+    settings = make_settings(shared_work, f"sqlite:///{shared_work / 'db' / 'torchyard.db'}", redis_url)
+    services = Services(settings, tmp_path / "logs")
+    work = tmp_path / "work"
+    (work / "pkg").mkdir(parents=True)
+    (work / "train.py").write_text("print('hello')\n")
+    (work / "pkg" / "__init__.py").write_text("")
+    (work / "pkg" / "main.py").write_text("print('pkg')\n")
+    try:
+        services.start_api(wrap=as_unprivileged)
+        assert services.api is not None and psutil.Process(services.api.pid).uids().effective == UNPRIVILEGED_UID
+        with tenant_client(services, "alice") as alice, pack(work) as packed:
+            resp = alice.post("/v1/code", content=packed.chunks(gzip=True), headers={"Content-Encoding": "gzip"})
+            assert resp.status_code == 201, resp.text
+            assert alice.post("/v1/code", content=b"".join(packed.chunks())).status_code == 200
+            spec = {"kind": "script", "name": "b", "entrypoint": "pkg.main", "code": packed.digest}
+            assert alice.post("/v1/jobs", json=spec).status_code == 201
+    finally:
+        services.stop()
+    root = settings.bundles_root
+    stored = [root, *root.rglob("*")]
+    assert len(stored) >= 7  # root, .incoming, owner dir, archive, tree, its files
+    for path in stored:
+        st = path.lstat()
+        assert st.st_uid == UNPRIVILEGED_UID, path
+        assert stat.S_IMODE(st.st_mode) == (0o700 if path.is_dir() else 0o600), (path, oct(st.st_mode))
+
+
+def test_a_path_too_long_for_where_the_store_is_names_its_member(settings: Settings, tmp_path: Path) -> None:
+    """Under the member-name limits, yet longer than PATH_MAX once under the store's own (long) path: the filesystem's
+    ENAMETOOLONG is the archive's fault, refused naming the member, and nothing is kept."""
+    deep = tmp_path.joinpath(*["s" * 200] * 7)
+    store = settings.model_copy(update={"bundles_dir": deep})
+    name = "/".join(["m" * 250] * 11) + "/x.py"
+    assert len(name) < 3072 and len(str(deep)) + len(name) > 4096
+    with pytest.raises(bundles.BundleRefused) as refused:
+        stored(store, "alice", tar_of(GOOD, member(name)))
+    assert refused.value.member == name and "cannot hold" in refused.value.reason
+    assert no_files_under(deep) == []

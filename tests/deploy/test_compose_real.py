@@ -2,9 +2,9 @@
 `up --wait` under its own project name on a free port, and the things an operator does to it.
 
 One stack serves every test of the module, in order: the README's GPU quick-start job (on the CPU
-override), a worker stopped and started mid-job, PostgreSQL and Redis restarted mid-job, a 2-node
-job across two worker containers, and `down` (volumes kept) then `up`. At the end the stack is torn
-down with its volumes, also when a test failed.
+override), a code bundle uploaded and run as a script job, a worker stopped and started mid-job,
+PostgreSQL and Redis restarted mid-job, a 2-node job across two worker containers, and `down`
+(volumes kept) then `up`. At the end the stack is torn down with its volumes, also when a test failed.
 
 Needs a Docker engine with the Compose v2 plugin; skipped when none answers. On a machine that
 cannot pull public images, ../shared/docker-standins/setup.sh provides the engine and the base
@@ -283,6 +283,43 @@ def test_readme_quick_start_job_trains_in_the_containers(stack: Stack) -> None:
     assert rank0.status_code == 200 and "checkpoint step_00000256 saved" in rank0.text, rank0.text[-2000:]
     assert stack.client.get(f"/v1/jobs/{job_id}/logs", params={"tail": 20}).status_code == 200
     _remember(stack, job_id)
+
+
+# A user's working directory: a script importing a sibling package and reporting through the SDK.
+BUNDLE_SCRIPT = """import sys
+from helpers import GREETING
+from trainer import report
+print(GREETING, sys.argv[1:], flush=True)
+for step in (1, 2, 3):
+    report.metrics(step, {"train/loss": 1.0 / step})
+"""
+
+
+def test_code_bundle_uploads_and_its_script_runs_in_the_containers(stack: Stack, tmp_path: Path) -> None:
+    """`submit(workdir=...)` through the client: the API (uid 10001 in its image) stores the bundle on the runs volume,
+    the worker container unpacks its own copy and runs the script from it."""
+    from client import Client
+
+    work = tmp_path / "project"
+    (work / "helpers").mkdir(parents=True)
+    (work / "helpers" / "__init__.py").write_text("GREETING = 'hello from the bundle'\n")
+    (work / "train.py").write_text(BUNDLE_SCRIPT)
+    key = stack.client.post("/v1/keys", json={"owner": "bundle-user", "name": "compose test"})
+    assert key.status_code == 201, key.text
+    started = time.monotonic()
+    with Client(stack.url, key.json()["key"]) as client:
+        job = client.submit({"kind": "script", "name": "from-bundle", "entrypoint": "train.py", "args": ["--x", "1"],
+                             "parallel": {"nproc_per_node": 1}}, workdir=work)
+        assert job.spec["code"].startswith("sha256:")
+        # The tenant's job: the stack's admin client gets 404 for it, like any other owner.
+        wait_until(lambda: client.job(job.id).terminal, 300, interval_s=0.5, what=f"job {job.id} to finish")
+        finished = client.job(job.id)
+        log.info("bundle job, upload to succeeded: %.1fs", time.monotonic() - started)
+        assert finished.succeeded, f"{finished.error}\n{stack.logs('api', 'worker-cpu')}"
+        assert finished.last_step == 3
+        rank0 = client.logs(job.id, rank=0)
+        assert "hello from the bundle ['--x', '1']" in rank0, rank0[-2000:]
+        assert client.upload_code(work).uploaded is False  # stored once
 
 
 def test_stopped_worker_checkpoints_requeues_and_resumes_after_start(stack: Stack) -> None:

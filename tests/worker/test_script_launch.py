@@ -186,8 +186,12 @@ def test_torchrun_runs_the_resolved_file_or_module_with_args_verbatim(code: Path
     root = str(code.resolve())
     # Every script rank starts in the bootstrap (output as printed, parent-death signal, code root on sys.path).
     assert cmd[-8:] == ["-m", BOOTSTRAP, root, "file", str((code / "train.py").resolve()), "--lr", "0.1; rm -rf /", "$HOME"]
-    assert torchrun_command(script(entrypoint="pkg.sub.fit", args=["x"]), run_dir, 2, settings)[-6:] == [
-        "-m", BOOTSTRAP, root, "module", "pkg.sub.fit", "x"]
+    assert torchrun_command(script(entrypoint="pkg.sub.fit", args=["x"]), run_dir, 2, settings)[-7:] == [
+        "-m", BOOTSTRAP, root, "module", "pkg.sub.fit", str((code / "pkg" / "sub" / "fit.py").resolve()), "x"]
+    # An installed module the operator listed has no file under the code root; the bootstrap is told which kind it is.
+    listed = Settings(code_dir=code, data_dir=tmp_path / "data", runs_dir=tmp_path / "runs", script_modules=["json.tool"])
+    assert torchrun_command(script(entrypoint="json.tool", args=["x"]), run_dir, 1, listed)[-6:] == [
+        "-m", BOOTSTRAP, root, "installed", "json.tool", "x"]
     # A job with an uploaded bundle resolves inside the run directory's unpacked copy, never the code root,
     # and that copy is the code root its ranks are given.
     bundled = script(code="sha256:" + "a" * 64)
@@ -272,12 +276,95 @@ def test_bootstrap_runs_the_entrypoint_with_siblings_importable_and_the_run_dir_
     run_dir.mkdir()
     (run_dir / "helper.py").write_text("VALUE = 'from the run directory'\n")  # must never be imported
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONSAFEPATH": "1"}
-    for kind, target, args in (("file", str(code / "sub" / "train.py"), ["--a", "1"]), ("module", "pkg.sub.fit", ["x"])):
+    fit = str(code / "pkg" / "sub" / "fit.py")
+    for kind, target, args in (("file", [str(code / "sub" / "train.py")], ["--a", "1"]), ("module", ["pkg.sub.fit", fit], ["x"])):
         out = tmp_path / f"{kind}.json"
-        subprocess.run([sys.executable, "-m", BOOTSTRAP, str(code), kind, target, *args], cwd=run_dir, check=True,
+        subprocess.run([sys.executable, "-m", BOOTSTRAP, str(code), kind, *target, *args], cwd=run_dir, check=True,
                        env={**env, "OUT": str(out)})
         seen = json.loads(out.read_text())
         assert seen["helper"] == "sibling" and not seen["cwd_on_path"], seen
         assert seen["pdeathsig"] == signal.SIGKILL and seen["name"] == "__main__"
         assert seen["argv"][1:] == args and seen["argv"][0].endswith(".py")
         assert seen["pythonpath"].split(os.pathsep)[0] == str(code)
+
+
+def rank_program(spec: ScriptJobSpec, settings: Settings, run_dir: Path) -> list[str]:
+    """What torchrun starts on every rank for this spec: its command line from the bootstrap on."""
+    cmd = torchrun_command(spec, run_dir, 1, settings)
+    return cmd[cmd.index(BOOTSTRAP) - 1:]
+
+
+def run_program(program: list[str], run_dir: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """A rank's command line as torchrun would start it (minus torchrun), in its run directory."""
+    return subprocess.run([sys.executable, *program], cwd=run_dir, capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONSAFEPATH": "1", **env})
+
+
+def test_a_bundle_cannot_make_the_bootstrap_run_torchyards_modules_on_its_args(tmp_path: Path) -> None:
+    """A bundle with its own trainer/rank_bootstrap.py, run as that module with a nested bootstrap's args: before,
+    the rank ran the installed bootstrap on them (and so `dotenv run -- sh -c id`); now it runs the bundle's file."""
+    code, run_dir = tmp_path / "code", tmp_path / "run"
+    (code / "trainer").mkdir(parents=True)
+    run_dir.mkdir()
+    (code / "trainer" / "__init__.py").write_text("")
+    (code / "trainer" / "rank_bootstrap.py").write_text(
+        "import sys\nprint('bundle file ran with', sys.argv[1:])\n")
+    args = ["/x", "module", "dotenv", "--file", "/etc/hostname", "run", "--", "sh", "-c", "id"]
+    program = rank_program(script(entrypoint="trainer.rank_bootstrap", args=args),
+                           Settings(code_dir=code, data_dir=tmp_path / "data", runs_dir=tmp_path), run_dir)
+    assert program[:6] == ["-m", BOOTSTRAP, str(code.resolve()), "module", "trainer.rank_bootstrap",
+                           str((code / "trainer" / "rank_bootstrap.py").resolve())]
+    done = run_program(program, run_dir)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"bundle file ran with {args}\n" and "uid=" not in done.stdout + done.stderr
+
+    # The worker resolved one file and the module resolves to another here: the rank refuses to run either.
+    (code / "other.py").write_text("print('other ran')\n")
+    mismatched = program[:5] + [str(code / "other.py"), *args]
+    refused = run_program(mismatched, run_dir)
+    assert refused.returncode != 0 and "not running it" in refused.stderr
+    assert "ran" not in refused.stdout and "uid=" not in refused.stdout
+    # Nor does a module the interpreter has built in (never a file of the code root), whatever the worker says.
+    (code / "posix.py").write_text("print('posix ran')\n")
+    builtin = run_program(["-m", BOOTSTRAP, str(code), "module", "posix", str(code / "posix.py")], run_dir)
+    assert builtin.returncode != 0 and "resolves to nothing" in builtin.stderr and "ran" not in builtin.stdout
+
+
+def test_a_users_own_trainer_module_is_the_one_its_code_imports(tmp_path: Path) -> None:
+    """Repositories often have a trainer.py: the script imports it, not torchyard's trainer package the bootstrap
+    loaded for itself; and a `trainer/` package of the user's runs as a module. The SDK still imports without one."""
+    code, run_dir = tmp_path / "code", tmp_path / "run"
+    code.mkdir()
+    run_dir.mkdir()
+    (code / "trainer.py").write_text("class Trainer:\n    def fit(self) -> str:\n        return 'fitted by the user'\n")
+    (code / "train.py").write_text("import sys\nfrom trainer import Trainer\nprint(Trainer().fit(), sys.argv[1:])\n")
+    settings = Settings(code_dir=code, data_dir=tmp_path / "data", runs_dir=tmp_path)
+    done = run_program(rank_program(script(entrypoint="train.py", args=["a"]), settings, run_dir), run_dir)
+    assert (done.returncode, done.stdout) == (0, "fitted by the user ['a']\n"), done.stderr
+
+    pkg = tmp_path / "pkgcode"
+    (pkg / "trainer").mkdir(parents=True)
+    (pkg / "trainer" / "__init__.py").write_text("NAME = 'the user package'\n")
+    (pkg / "trainer" / "__main__.py").write_text("import trainer\nprint(trainer.NAME)\n")
+    settings = Settings(code_dir=pkg, data_dir=tmp_path / "data", runs_dir=tmp_path)
+    program = rank_program(script(entrypoint="trainer"), settings, run_dir)
+    assert program[3:] == ["module", "trainer", str((pkg / "trainer" / "__main__.py").resolve())]
+    done = run_program(program, run_dir)
+    assert (done.returncode, done.stdout) == (0, "the user package\n"), done.stderr
+
+    (code / "trainer.py").unlink()
+    (code / "train.py").write_text(f"from trainer import report\nprint(report.__name__, report.__file__.startswith({str(code)!r}))\n")
+    done = run_program(rank_program(script(), settings.model_copy(update={"code_dir": code}), run_dir), run_dir)
+    assert (done.returncode, done.stdout) == (0, "trainer.report False\n"), done.stderr
+
+
+def test_an_allow_listed_installed_module_runs_as_python_m_would(tmp_path: Path) -> None:
+    code, run_dir = tmp_path / "code", tmp_path / "run"
+    code.mkdir()
+    run_dir.mkdir()
+    (run_dir / "in.json").write_text('{"b": 1, "a": [2]}')
+    settings = Settings(code_dir=code, data_dir=tmp_path / "data", runs_dir=tmp_path, script_modules=["json.tool"])
+    program = rank_program(script(entrypoint="json.tool", args=["--sort-keys", "--compact", "in.json"]), settings, run_dir)
+    assert program[3:5] == ["installed", "json.tool"]
+    done = run_program(program, run_dir)
+    assert (done.returncode, done.stdout) == (0, '{"a":[2],"b":1}\n'), done.stderr
