@@ -88,8 +88,9 @@ def on_worker_start(settings: Settings, session: Session, worker_id: str) -> Mod
         return mode
     run_dirs.secure_service_dirs(settings)
     low, high = mode.uids
-    held = uid_leases.foreign_uids(session, mode.uids, worker_id)
-    leftovers = {p.info["uids"].real for p in _range_processes(low, high)} - held
+    running = {p.info["uids"].real for p in _range_processes(low, high)}
+    # Read after the scan: a uid leased before its processes started is seen held.
+    leftovers = running - uid_leases.foreign_uids(session, mode.uids, worker_id)
     for uid in sorted(leftovers):
         log.warning("uid %d of the job range still runs processes here with no live attempt; killing them", uid)
         end_uid(uid)
