@@ -102,6 +102,9 @@ except OSError as exc:
     got["redis_reply"] = f"connect failed: {exc}"
 with open("attack.json", "w") as f:
     json.dump(got, f)
+from trainer import report
+report.metrics(1, {"train/loss": 0.25})
+print("attack done", flush=True)
 '''
 
 # Leaves a detached, environment-less grandchild and a double-forked daemon behind, then exits 0.
@@ -242,10 +245,14 @@ def attack(isolated: Isolated) -> dict[str, Any]:
         assert done["status"] == "succeeded", done.get("error")
         assert _wait(bob, victim, {"running"})["worker_id"] != done["worker_id"]  # two hosts, at the same time
         got = json.loads((Path(done["run_dir"]) / "attack.json").read_text())
+        # The service still reads what the job wrote, through its group: events into SQL, logs through the API.
+        metrics = alice.get(f"/v1/jobs/{attacker}/metrics").json()["items"]
+        logs = alice.get(f"/v1/jobs/{attacker}/logs")
         victim_stat = os.stat(victim_job["run_dir"])
         assert bob.post(f"/v1/jobs/{victim}/cancel").status_code == 200
         _wait(bob, victim, {"cancelled"})
-    return {"got": got, "victim_uid": victim_uid, "victim_stat": victim_stat, "attacker_dir": done["run_dir"]}
+    return {"got": got, "victim_uid": victim_uid, "victim_stat": victim_stat, "attacker_dir": done["run_dir"],
+            "metrics": metrics, "logs": (logs.status_code, logs.text)}
 
 
 def test_a_job_reaches_neither_another_job_nor_the_service(attack: dict[str, Any]) -> None:
@@ -272,6 +279,8 @@ def test_each_job_runs_under_its_own_uid_and_owns_its_run_directory(attack: dict
     # What the job wrote stays readable by the service, through the group.
     report = Path(attack["attacker_dir"]) / "attack.json"
     assert report.stat().st_gid == SERVICE_UID and report.stat().st_mode & 0o040
+    assert [(m["name"], m["value"]) for m in attack["metrics"]] == [("train/loss", 0.25)], attack["metrics"]
+    assert attack["logs"][0] == 200 and "attack done" in attack["logs"][1], attack["logs"]
 
 
 def test_nothing_outlives_its_attempt(isolated: Isolated) -> None:
