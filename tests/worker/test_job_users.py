@@ -197,3 +197,21 @@ def test_nothing_of_a_uid_outlives_its_attempt(tmp_path: Path) -> None:
     assert cgroup is None or not cgroup.exists()
     status = subprocess.run(["sh", "-c", "echo alive"], capture_output=True, text=True)
     assert status.stdout == "alive\n"  # the worker's own processes were spared
+
+
+def test_a_worker_running_jobs_as_itself_is_bound_to_its_first_owner(settings: Settings, redis_url: str) -> None:
+    from redis import Redis
+
+    from worker.isolation import Isolation
+
+    redis = Redis.from_url(redis_url)
+    bound = Isolation(settings.model_copy(update={"single_user": False, "job_uids": None}), "w-bound")
+    assert bound.mode.one_owner and "TORCHYARD_SINGLE_USER" in bound.mode.description
+    assert bound.owner_refused(redis, "alice") is None
+    assert bound.owner_refused(redis, "alice") is None
+    refusal = bound.owner_refused(redis, "bob")
+    assert refusal is not None and "TORCHYARD_JOB_UIDS" in refusal and "alice" not in refusal
+    # Another worker is bound on its own; TORCHYARD_SINGLE_USER=true takes every owner.
+    assert Isolation(settings.model_copy(update={"single_user": False}), "w-other").owner_refused(redis, "bob") is None
+    shared = Isolation(settings.model_copy(update={"single_user": True}), "w-bound")
+    assert shared.owner_refused(redis, "bob") is None
