@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import time
 from pathlib import Path
 
 import psutil
@@ -15,7 +14,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session
 
 from jobs.settings import Settings
-from worker import cgroups, run_dirs, uid_leases
+from worker import cgroups, processes, run_dirs, uid_leases
 from worker.job_users import JobIdentity, Mode, end_uid, isolation_mode, owner_problem
 
 log = logging.getLogger(__name__)
@@ -53,12 +52,9 @@ class Isolation:
 
     def end(self, session: Session, job_id: str, attempt: int, identity: JobIdentity) -> None:
         """Nothing of the attempt outlives it: its cgroup and uid emptied, then the uid leased again."""
-        started = time.monotonic()
-        if identity.cgroup is not None:
-            cgroups.destroy(identity.cgroup)
-        end_uid(identity.uid)
-        log.info("job %s attempt %d: no process of uid %d left after %.3fs", job_id, attempt, identity.uid,
-                 time.monotonic() - started, extra={"job_id": job_id})
+        took = processes.end_identity(identity)
+        log.info("job %s attempt %d: no process of uid %d left after %.3fs", job_id, attempt, identity.uid, took,
+                 extra={"job_id": job_id})
         try:
             uid_leases.release(session, identity.uid, job_id, attempt)
         except SQLAlchemyError as exc:

@@ -76,42 +76,47 @@ def scrub(run_dir: Path, attempt: int) -> None:
 
 def hand_over(run_dir: Path, uid: int, job_uids: tuple[int, int]) -> None:
     """Make the run directory the job uid's: every directory and file the worker or an earlier attempt (perhaps
-    under another uid) made, except the read-only code. Links are changed, never followed; a file linked from
-    elsewhere (an adopted checkpoint) keeps its owner and is made readable instead."""
+    under another uid) made, except the read-only code. Every entry is pinned by an ``O_PATH`` descriptor opened
+    without following links, and changed through it: a link swapped in meanwhile is never followed. A file linked
+    from elsewhere (an adopted checkpoint) keeps its owner and is made readable instead."""
     gid = os.getgid()
-    own = {os.getuid()}
     low, high = job_uids
 
     def ours(st: os.stat_result) -> bool:
-        return st.st_uid in own or low <= st.st_uid <= high
+        return st.st_uid == os.getuid() or low <= st.st_uid <= high
 
-    def visit(path: str, top: bool = False) -> None:
-        st = os.lstat(path)
-        if stat.S_ISLNK(st.st_mode):
-            if ours(st):
-                os.chown(path, uid, gid, follow_symlinks=False)
+    def visit(name: str, parent: int | None, top: bool = False) -> None:
+        try:
+            fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+        except FileNotFoundError:
             return
-        if stat.S_ISDIR(st.st_mode):
-            if not ours(st):
-                log.warning("leaving %s alone: owned by uid %d", path, st.st_uid)
+        try:
+            st = os.fstat(fd)
+            if not ours(st) or not (stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode)):
+                return  # links, FIFOs, sockets, devices, other users' files: left as they are
+            inode = f"/proc/self/fd/{fd}"  # the pinned inode itself, whatever the name points at now
+            if stat.S_ISREG(st.st_mode):
+                if st.st_nlink > 1:
+                    # Shared with another run directory (hard-linked checkpoint): readable, never given away.
+                    os.chmod(inode, stat.S_IMODE(st.st_mode) | 0o044)
+                else:
+                    os.chown(inode, uid, gid)
+                    os.chmod(inode, (stat.S_IMODE(st.st_mode) | 0o660) & ~0o7007)
                 return
-            # Mode first: a directory the job closed (0700) must be listable for the walk.
-            os.chown(path, uid, gid)
-            os.chmod(path, RUN_DIR_MODE)
-            for name in os.listdir(path):
-                if not (top and name == CODE_DIR_NAME):
-                    visit(os.path.join(path, name))
-            return
-        if not stat.S_ISREG(st.st_mode) or not ours(st):
-            return
-        if st.st_nlink > 1:
-            # Shared with another run directory (hard-linked checkpoint): readable, never given away.
-            os.chmod(path, stat.S_IMODE(st.st_mode) | 0o044)
-            return
-        os.chown(path, uid, gid)
-        os.chmod(path, (stat.S_IMODE(st.st_mode) | 0o660) & ~0o7007)
+            os.chown(inode, uid, gid)
+            os.chmod(inode, RUN_DIR_MODE)  # first: a directory the job closed (0700) must be listable for the walk
+            listing = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=fd)
+            try:
+                names = os.listdir(listing)
+            finally:
+                os.close(listing)
+            for child in names:
+                if not (top and child == CODE_DIR_NAME):
+                    visit(child, fd)
+        finally:
+            os.close(fd)
 
-    visit(str(run_dir), top=True)
+    visit(str(run_dir), None, top=True)
     code = run_dir / CODE_DIR_NAME
     if code.is_dir() and not code.is_symlink():
         _readable_by_all(code)

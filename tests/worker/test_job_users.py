@@ -162,6 +162,11 @@ def test_the_run_directory_is_handed_to_the_job_uid(tmp_path: Path) -> None:
     shared = tmp_path / "elsewhere.bin"
     shared.write_text("adopted")
     os.link(shared, run / "checkpoints" / "adopted.bin")
+    outside = tmp_path / "service-settings"
+    outside.write_text("secret")
+    os.chmod(outside, 0o600)
+    (run / "checkpoints" / "evil").symlink_to(outside)
+    (run / "checkpoints" / "evil-dir").symlink_to(tmp_path)
     os.chown(run / "checkpoints" / "step-1", 20003, 20003)
     os.chmod(run / "checkpoints" / "step-1", 0o700)  # an earlier attempt under another uid closed it
     run_dirs.hand_over(run, 20001, RANGE)
@@ -171,6 +176,9 @@ def test_the_run_directory_is_handed_to_the_job_uid(tmp_path: Path) -> None:
     assert (run / "spec.json").stat().st_uid == 20001
     assert (run / "checkpoints" / "step-1" / "w.bin").stat().st_uid == 20001
     assert shared.stat().st_uid == os.getuid()  # a hard link is never given away
+    # Links are never followed: what they point at keeps its owner and mode.
+    assert (outside.stat().st_uid, stat.S_IMODE(outside.stat().st_mode)) == (os.getuid(), 0o600)
+    assert tmp_path.stat().st_uid == os.getuid() and stat.S_IMODE(tmp_path.stat().st_mode) != 0o2770
     assert (run / "code" / "train.py").stat().st_uid == os.getuid()
 
 
