@@ -220,6 +220,11 @@ def _wait(client: httpx.Client, job_id: str, statuses: set[str], timeout_s: floa
     return wait_until(check, timeout_s, interval_s=0.2, what=f"job {job_id} in {statuses}")
 
 
+def _live_processes(uid: int) -> list[int]:
+    return [p.pid for p in psutil.process_iter(["uids", "status"])
+            if p.info["uids"] is not None and p.info["uids"].real == uid and p.info["status"] != psutil.STATUS_ZOMBIE]
+
+
 def _uid_of_secret_holder(secret: str) -> int | None:
     needle = secret.encode()
     for proc in psutil.process_iter(["uids"]):
@@ -251,8 +256,9 @@ def attack(isolated: Isolated) -> dict[str, Any]:
         victim_stat = os.stat(victim_job["run_dir"])
         assert bob.post(f"/v1/jobs/{victim}/cancel").status_code == 200
         _wait(bob, victim, {"cancelled"})
+        cancelled_left = _live_processes(victim_uid)
     return {"got": got, "victim_uid": victim_uid, "victim_stat": victim_stat, "attacker_dir": done["run_dir"],
-            "metrics": metrics, "logs": (logs.status_code, logs.text)}
+            "metrics": metrics, "logs": (logs.status_code, logs.text), "cancelled_left": cancelled_left}
 
 
 def test_a_job_reaches_neither_another_job_nor_the_service(attack: dict[str, Any]) -> None:
@@ -270,6 +276,7 @@ def test_each_job_runs_under_its_own_uid_and_owns_its_run_directory(attack: dict
     attacker_uid, victim_uid = attack["got"]["uid"], attack["victim_uid"]
     assert JOB_UIDS[0] <= attacker_uid <= JOB_UIDS[1] and JOB_UIDS[0] <= victim_uid <= JOB_UIDS[1]
     assert attacker_uid != victim_uid
+    assert attack["cancelled_left"] == []  # a cancelled job left no process behind either
     st_ = attack["victim_stat"]
     assert (st_.st_uid, st_.st_gid, stat.S_IMODE(st_.st_mode)) == (victim_uid, SERVICE_UID, 0o2770)
     runs = isolated.settings.runs_dir
@@ -292,11 +299,7 @@ def test_nothing_outlives_its_attempt(isolated: Isolated) -> None:
         uid = int((Path(job["run_dir"]) / "uid.txt").read_text())
         assert JOB_UIDS[0] <= uid <= JOB_UIDS[1]
 
-        def none_left() -> bool:
-            return not [p for p in psutil.process_iter(["uids", "status"])
-                        if p.info["uids"] is not None and p.info["uids"].real == uid and p.info["status"] != psutil.STATUS_ZOMBIE]
-
-        wait_until(none_left, 5, interval_s=0.02, what=f"no process of uid {uid}")
+        wait_until(lambda: not _live_processes(uid), 5, interval_s=0.02, what=f"no process of uid {uid}")
         took = time.monotonic() - ended
         worker_logs = "".join((isolated.work / "logs" / f"{n}.log").read_text() for n in ("host-a", "host-b"))
         measured = [line for line in worker_logs.splitlines() if f"no process of uid {uid} left" in line]
