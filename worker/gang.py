@@ -360,8 +360,12 @@ class Follower:
         env = torchrun_env(job.id, job.attempt, run_dir, self.settings, spec, resume_from=job.resume_from, node=node,
                            secrets=secrets)
         log_path = run_dir / "logs" / f"attempt-{job.attempt}" / f"launcher-node-{self.rank}.log"
-        # Node 0's uid: the nodes share the run directory.
-        self.identity = follower_identity(self.settings, self.session, job.id, job.attempt, self.worker)
+        try:
+            # Node 0's uid: the nodes share the run directory.
+            self.identity = follower_identity(self.settings, self.session, job.id, job.attempt, self.worker)
+        except RuntimeError as exc:
+            log.error("job %s node %d: %s", job.id, self.rank, exc, extra=self.extra)
+            return None  # node 0's rendezvous times out without this node and fails the attempt
         if self.identity is not None:
             env["HOME"] = str(run_dir.resolve())
         proc = processes.spawn(command, env, cwd=run_dir, log_path=log_path, identity=self.identity)
