@@ -44,7 +44,7 @@ class Isolation:
         took = end_uid(uid)  # a process a crashed worker left under this uid must not see the next job
         if took > 0.5:
             log.warning("job %s: processes of uid %d were still running here; killed in %.2fs", job_id, uid, took)
-        identity = JobIdentity(uid, cgroups.create(self.worker_id, job_id, attempt))
+        identity = JobIdentity(uid, cgroups.create(self.worker_id, job_id, attempt), run_dir)
         run_dirs.hand_over(run_dir, uid, self.mode.uids)
         log.info("job %s attempt %d runs as uid %d%s", job_id, attempt, uid,
                  f" in cgroup {identity.cgroup}" if identity.cgroup else "", extra={"job_id": job_id})

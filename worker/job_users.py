@@ -47,10 +47,12 @@ _libc = ctypes.CDLL(None, use_errno=True)
 
 @dataclass(frozen=True)
 class JobIdentity:
-    """Who an attempt's processes are: ``uid`` (gid equal), and the cgroup they join first, if any."""
+    """Who an attempt's processes are: ``uid`` (gid equal), the cgroup they join first, if any, and the run
+    directory handed to them (shared with the service's group again when they are gone)."""
 
     uid: int
     cgroup: Path | None = None
+    run_dir: Path | None = None
 
     @property
     def gid(self) -> int:

@@ -25,7 +25,7 @@ import psutil
 from trainer.pdeathsig import set_parent_death_signal
 from worker import cgroups
 from worker.job_users import JobIdentity, end_uid, job_preexec
-from worker.run_dirs import open_job_file
+from worker.run_dirs import hand_over, open_job_file
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +106,14 @@ def end_identity(identity: JobIdentity) -> float:
     if identity.cgroup is not None:
         cgroups.destroy(identity.cgroup)
     end_uid(identity.uid)
-    return time.monotonic() - started
+    took = time.monotonic() - started
+    if identity.run_dir is not None:
+        # Files the job closed to the group (safetensors writes 0600) become the service's to read: weights, logs.
+        try:
+            hand_over(identity.run_dir, identity.uid, (identity.uid, identity.uid))
+        except OSError as exc:
+            log.warning("%s: could not open to the service's group: %s", identity.run_dir, exc)
+    return took
 
 
 def kill_attempt(job_id: str, identity: JobIdentity | None, node: int | None = None, attempt: int | None = None) -> None:

@@ -119,6 +119,10 @@ if os.fork() == 0:
 os.wait()
 with open("uid.txt", "w") as f:
     f.write(str(os.getuid()))
+os.makedirs("artifacts", exist_ok=True)
+fd = os.open("artifacts/private.bin", os.O_WRONLY | os.O_CREAT, 0o600)  # as safetensors writes weights
+os.write(fd, b"weights")
+os.close(fd)
 time.sleep(0.5)
 '''
 
@@ -305,3 +309,6 @@ def test_nothing_outlives_its_attempt(isolated: Isolated) -> None:
         measured = [line for line in worker_logs.splitlines() if f"no process of uid {uid} left" in line]
         log.info("uid %d: none of its processes left %.3fs after the job was seen succeeded; worker: %s", uid, took, measured[-1:])
         assert measured, "the worker says how long the kill took"
+        # A file the job closed to everyone else is the service's to serve once the attempt is over.
+        served = carol.get(f"/v1/jobs/{job_id}/artifacts/private.bin")
+        assert (served.status_code, served.content) == (200, b"weights"), served.text
