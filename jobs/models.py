@@ -240,3 +240,16 @@ class IdempotencyKey(SQLModel, table=True):
     request_hash: str = Field(max_length=64)
     job_id: str = Field(foreign_key="jobs.id", max_length=32)
     created_at: datetime = Field(default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False))
+
+
+class JobUid(SQLModel, table=True):
+    """A uid leased to one attempt of a job (worker/job_users.py). The primary key makes two workers that pick
+    the same uid collide in SQL, so a uid runs one attempt at a time across every worker of the runs volume."""
+
+    __tablename__ = "job_uids"
+
+    uid: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
+    job_id: str = Field(max_length=32, index=True)
+    attempt: int
+    worker_id: str = Field(max_length=128)
+    acquired_at: datetime = Field(default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False))

@@ -96,6 +96,13 @@ class Settings(BaseSettings):
                                                "CPU-only clusters (device cuda always asks, device cpu never).")
     slurm_poll_interval_s: float = Field(5.0, gt=0, description="How often the worker asks Slurm about a job it runs.")
 
+    # Job isolation (worker/job_users.py, docs/security.md).
+    job_uids: tuple[int, int] | None = Field(
+        None, description="Range of uids (and equal gids) the worker runs jobs as, one per running job, e.g. 20000-29999; "
+                          "unset: jobs run as the worker's own user.")
+    single_user: bool = Field(False, description="A worker running jobs as its own user accepts jobs of every owner; "
+                                                 "false: only jobs of the first owner it ran.")
+
     # HTTP API limits and streaming (api/).
     max_request_bytes: int = Field(1_048_576, ge=1024, description="Request bodies above this many bytes answer 413.")
     max_queued_per_owner: int = Field(1000, ge=1, description="Queued jobs one owner may have; more submissions answer 429.")
@@ -137,6 +144,30 @@ class Settings(BaseSettings):
     def _split_list(cls, value: object) -> object:
         if isinstance(value, str):
             return [q.strip() for q in value.split(",") if q.strip()]
+        return value
+
+    @field_validator("job_uids", mode="before")
+    @classmethod
+    def _uid_range(cls, value: object) -> object:
+        if not isinstance(value, str):
+            return value
+        if not value.strip():
+            return None
+        low, sep, high = value.strip().partition("-")
+        if not sep or not low.strip().isdigit() or not high.strip().isdigit():
+            raise ValueError("TORCHYARD_JOB_UIDS must be a range FIRST-LAST of uids, e.g. 20000-29999")
+        return int(low), int(high)
+
+    @field_validator("job_uids")
+    @classmethod
+    def _uid_range_allowed(cls, value: tuple[int, int] | None) -> tuple[int, int] | None:
+        if value is None:
+            return None
+        low, high = value
+        if low <= 0 or high < low or high >= 2**31 - 1:
+            raise ValueError("TORCHYARD_JOB_UIDS must be FIRST-LAST with 0 < FIRST <= LAST < 2147483647")
+        if low <= os.getuid() <= high or low <= os.getgid() <= high:
+            raise ValueError("TORCHYARD_JOB_UIDS must not include the worker's own uid or gid")
         return value
 
     @field_validator("slurm_sbatch_args", mode="before")

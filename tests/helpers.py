@@ -37,6 +37,8 @@ def service_env(settings: Settings, **extra: str) -> dict[str, str]:
         "TORCHYARD_MAX_NPROC_PER_NODE": str(settings.max_nproc_per_node),
         "PYTHONPATH": str(ROOT),
         "OMP_NUM_THREADS": "1",
+        # Jobs of several owners on one worker running them as its own user; tests of job uids set TORCHYARD_JOB_UIDS.
+        "TORCHYARD_SINGLE_USER": "true",
     })
     env.update(extra)
     return env
@@ -71,8 +73,9 @@ def wait_for_api(proc: subprocess.Popen[bytes], url: str, log_path: Path, timeou
 class Services:
     """An API process and any number of worker processes sharing one Settings."""
 
-    def __init__(self, settings: Settings, logs: Path):
-        self.settings, self.logs = settings, logs
+    def __init__(self, settings: Settings, logs: Path, wrap: list[str] | None = None):
+        """``wrap``: a command line every service process starts under (e.g. setpriv to run it as another user)."""
+        self.settings, self.logs, self.wrap = settings, logs, wrap or []
         self.port = free_port()
         self.api: subprocess.Popen[bytes] | None = None
         self.workers: list[subprocess.Popen[bytes]] = []
@@ -83,8 +86,9 @@ class Services:
         self.logs.mkdir(parents=True, exist_ok=True)
         out = (self.logs / f"{name}.log").open("ab")
         # Own sessions, like containers: a signal meant for a worker never reaches pytest.
-        # ``wrap`` prefixes the command (e.g. setpriv, to run the service as another user).
-        return subprocess.Popen([*(wrap or []), sys.executable, "-m", *args], env=service_env(self.settings, **env), cwd=ROOT,
+        # ``wrap`` (this call's, else the Services') prefixes the command: setpriv, to run the service as another user.
+        return subprocess.Popen([*(self.wrap if wrap is None else wrap), sys.executable, "-m", *args],
+                                env=service_env(self.settings, **env), cwd=ROOT,
                                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
 
     def start_api(self, timeout_s: float = 30, wrap: list[str] | None = None, **env: str) -> Services:

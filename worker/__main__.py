@@ -7,12 +7,15 @@ import os
 import shutil
 import socket
 
+from sqlmodel import Session
+
 from jobs import logconfig
 from jobs.db import get_engine, init_db
 from jobs.queue import redis_client
 from jobs.reconciler import ReconcilerLoop
 from jobs.settings import get_settings
 from trainer.pdeathsig import set_not_dumpable
+from worker.isolation import on_worker_start
 from worker.rq_worker import TorchyardWorker
 
 # What the Slurm executor runs (worker/executors/slurm.py); sacct is optional.
@@ -41,6 +44,8 @@ def main(argv: list[str] | None = None) -> None:
     # RQ starts each work horse as a fresh interpreter with this environment; it reads its id from there.
     os.environ["TORCHYARD_WORKER_ID"] = settings.worker_id = name
     init_db(get_engine(settings.database_url))
+    with Session(get_engine(settings.database_url)) as session:
+        on_worker_start(settings, session, name)
     ReconcilerLoop(settings, interval_s=max(1.0, settings.lease_ttl_s / 2)).start()
     worker = TorchyardWorker(args.queue or settings.worker_queues, connection=redis_client(settings.redis_url), name=name)
     worker.work(burst=args.burst, logging_level=args.log_level.upper(), with_scheduler=False)

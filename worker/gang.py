@@ -43,6 +43,8 @@ from jobs.settings import Settings, get_settings
 from trainer.exit_codes import PREEMPTED_EXIT_CODE
 from trainer.spec import SpecError, spec_from_dict
 from worker import devices, processes
+from worker.isolation import follower_identity
+from worker.job_users import JobIdentity
 from worker.launch import NodeLaunch, rank_secrets, torchrun_command, torchrun_env
 
 log = logging.getLogger(__name__)
@@ -296,6 +298,7 @@ class Follower:
         self.worker = settings.worker_id or f"{socket.gethostname()}"
         self.preempted = False
         self.extra = {"job_id": job_id}
+        self.identity: JobIdentity | None = None
 
     def _on_sigterm(self, signum: int, _frame: FrameType | None) -> None:
         self.preempted = True
@@ -357,7 +360,15 @@ class Follower:
         env = torchrun_env(job.id, job.attempt, run_dir, self.settings, spec, resume_from=job.resume_from, node=node,
                            secrets=secrets)
         log_path = run_dir / "logs" / f"attempt-{job.attempt}" / f"launcher-node-{self.rank}.log"
-        proc = processes.spawn(command, env, cwd=run_dir, log_path=log_path)
+        try:
+            # Node 0's uid: the nodes share the run directory.
+            self.identity = follower_identity(self.settings, self.session, job.id, job.attempt, self.worker)
+        except RuntimeError as exc:
+            log.error("job %s node %d: %s", job.id, self.rank, exc, extra=self.extra)
+            return None  # node 0's rendezvous times out without this node and fails the attempt
+        if self.identity is not None:
+            env["HOME"] = str(run_dir.resolve())
+        proc = processes.spawn(command, env, cwd=run_dir, log_path=log_path, identity=self.identity)
         log.info("job %s node %d: torchrun pid %d joins %s", job.id, self.rank, proc.pid, endpoint, extra=self.extra)
         return self._watch(proc)
 
@@ -368,9 +379,10 @@ class Follower:
             if reason:
                 log.warning("job %s node %d: stopping (%s)", self.job_id, self.rank, reason, extra=self.extra)
                 return processes.stop(proc, self.job_id, self.settings.stop_grace_s,
-                                      on_wait=lambda: self.round.beat(self.rank), node=self.rank, attempt=self.attempt)
+                                      on_wait=lambda: self.round.beat(self.rank), node=self.rank, attempt=self.attempt,
+                                      identity=self.identity)
             time.sleep(self.settings.poll_interval_s)
-        processes.kill_marked(self.job_id, node=self.rank, attempt=self.attempt)
+        processes.kill_attempt(self.job_id, self.identity, node=self.rank, attempt=self.attempt)
         return proc.returncode
 
     def _why_stop(self) -> str | None:

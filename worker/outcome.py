@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import signal
 from dataclasses import dataclass
@@ -12,6 +13,7 @@ from pathlib import Path
 from jobs.models import ErrorType
 from trainer.exit_codes import PREEMPTED_EXIT_CODE, SPEC_ERROR_EXIT_CODE
 from trainer.rank_output import OUTPUT_LOG, find_rank_dir
+from worker.run_dirs import open_job_file, read_job_bytes
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +38,7 @@ _EXITCODE = re.compile(r"exitcode\s*:\s*(-?\d+)")
 def read_error_file(path: Path) -> tuple[str | None, str | None]:
     """(message, traceback) from a torchelastic error file, or (None, None)."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_job_bytes(path).decode("utf-8"))
     except (OSError, ValueError):
         return None, None
     message = data.get("message")
@@ -51,7 +53,7 @@ def read_error_file(path: Path) -> tuple[str | None, str | None]:
 
 def tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     try:
-        with path.open("rb") as f:
+        with os.fdopen(open_job_file(path), "rb") as f:
             size = f.seek(0, 2)
             f.seek(max(0, size - 64 * 1024))
             text = f.read().decode("utf-8", errors="replace")

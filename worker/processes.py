@@ -1,10 +1,12 @@
 """Owning a job's process tree.
 
 torchrun starts every rank in its own session, and RQ's stop and timeout kill only the
-work horse's process group, so signalling a group is not enough. Every process of a job
-carries ``TORCHYARD_JOB_ID`` in its environment; stopping a job means SIGTERM to torchrun
-(it forwards to the ranks, which checkpoint), a grace period, then SIGKILL of every
-process that carries the job's mark, wherever it sits in the tree.
+work horse's process group, so signalling a group is not enough. Stopping a job means SIGTERM
+to torchrun (it forwards to the ranks, which checkpoint), a grace period, then SIGKILL of every
+process of the attempt. Under a job uid (worker/job_users.py) that is every process of the uid
+and of the attempt's cgroup, which nothing of the job escapes; a worker running jobs as its own
+user finds them by the ``TORCHYARD_JOB_ID`` mark in their environment, which a process that
+cleans its environment (``setsid env -i``) escapes.
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ from pathlib import Path
 import psutil
 
 from trainer.pdeathsig import set_parent_death_signal
+from worker import cgroups
+from worker.job_users import JobIdentity, end_uid, job_preexec
+from worker.run_dirs import hand_over, open_job_file
 
 log = logging.getLogger(__name__)
 
@@ -43,13 +48,19 @@ def _parent_death_signal(parent_pid: int, sig: int) -> Callable[[], None]:
     return preexec
 
 
-def spawn(cmd: list[str], env: dict[str, str], cwd: Path, log_path: Path) -> subprocess.Popen[bytes]:
-    """Start ``cmd`` in its own session, killed if this process dies, output to ``log_path``."""
+def spawn(cmd: list[str], env: dict[str, str], cwd: Path, log_path: Path,
+          identity: JobIdentity | None = None) -> subprocess.Popen[bytes]:
+    """Start ``cmd`` in its own session, killed if this process dies, output to ``log_path``; as the
+    job's uid (in its cgroup) when ``identity`` is given."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    with log_path.open("ab") as out:
+    preexec = (_parent_death_signal(os.getpid(), signal.SIGKILL) if identity is None
+               else job_preexec(identity, os.getpid(), signal.SIGKILL))
+    # The log's directory may be the job's: never through a link a job planted, never onto a FIFO.
+    out = os.fdopen(open_job_file(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "ab")
+    with out:
         return subprocess.Popen(
             cmd, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-            start_new_session=True, preexec_fn=_parent_death_signal(os.getpid(), signal.SIGKILL),
+            start_new_session=True, preexec_fn=preexec,
         )
 
 
@@ -88,8 +99,34 @@ def kill_marked(job_id: str, timeout_s: float = 15.0, node: int | None = None, a
     return killed
 
 
+def end_identity(identity: JobIdentity) -> float:
+    """SIGKILL everything of the attempt: its cgroup (where it has one), then every process of its uid, until
+    none is left on this host. The seconds from the call to no process left."""
+    started = time.monotonic()
+    if identity.cgroup is not None:
+        cgroups.destroy(identity.cgroup)
+    end_uid(identity.uid)
+    took = time.monotonic() - started
+    if identity.run_dir is not None:
+        # Files the job closed to the group (safetensors writes 0600) become the service's to read: weights, logs.
+        try:
+            hand_over(identity.run_dir, identity.uid, (identity.uid, identity.uid))
+        except OSError as exc:
+            log.warning("%s: could not open to the service's group: %s", identity.run_dir, exc)
+    return took
+
+
+def kill_attempt(job_id: str, identity: JobIdentity | None, node: int | None = None, attempt: int | None = None) -> None:
+    """SIGKILL every process of the attempt: by uid and cgroup when it has them, else by its mark."""
+    if identity is None:
+        kill_marked(job_id, node=node, attempt=attempt)
+        return
+    took = end_identity(identity)
+    log.info("job %s: no process of uid %d left %.3fs after the kill", job_id, identity.uid, took, extra={"job_id": job_id})
+
+
 def stop(proc: subprocess.Popen[bytes], job_id: str, grace_s: float, on_wait: Callable[[], None] | None = None,
-         node: int | None = None, attempt: int | None = None) -> int | None:
+         node: int | None = None, attempt: int | None = None, identity: JobIdentity | None = None) -> int | None:
     """SIGTERM torchrun, wait up to ``grace_s`` (calling ``on_wait`` meanwhile, e.g. to keep
     ingesting events), then SIGKILL whatever of the job is left. Returns torchrun's exit code."""
     if proc.poll() is None:
@@ -100,7 +137,7 @@ def stop(proc: subprocess.Popen[bytes], job_id: str, grace_s: float, on_wait: Ca
             if on_wait:
                 on_wait()
             time.sleep(0.2)
-    kill_marked(job_id, node=node, attempt=attempt)
+    kill_attempt(job_id, identity, node=node, attempt=attempt)
     try:
         return proc.wait(timeout=10)
     except subprocess.TimeoutExpired:

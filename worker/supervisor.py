@@ -43,12 +43,15 @@ from jobs.settings import Settings, get_settings
 from jobs.states import TransitionRefused, transition
 from trainer.pdeathsig import set_not_dumpable
 from trainer.spec import AnySpec, SpecError, spec_from_dict
-from worker import devices, job_code, mlflow_runs, oom, outcome
+from worker import devices, job_code, mlflow_runs, oom, outcome, run_dirs
 from worker.executors import make_executor
 from worker.executors.base import Launch, LaunchError, LaunchRequest, Phase, RankState, engine_verdict
 from worker.gang import Leader, advertised_host, free_port, node_launch
+from worker.isolation import Isolation
+from worker.job_users import JobIdentity
 from worker.launch import ERROR_FILE, SPEC_FILE, NodeLaunch, rank_secrets
 from worker.tail import EventTail
+from worker.uid_leases import NoFreeUid
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +106,8 @@ class Supervisor:
         # Where the ranks run (worker/executors/): this class never learns which one.
         self.executor = make_executor(settings)
         self.launch: Launch | None = None
+        self.isolation = Isolation(settings, self.worker_id)
+        self.identity: JobIdentity | None = None  # the attempt's uid and cgroup, once leased
 
     # ------------------------------------------------------------ lifecycle
 
@@ -141,6 +146,7 @@ class Supervisor:
                 return "lost ownership (database unreachable)"
         finally:
             self._stop_watchdog()
+            self._end_identity()
             signal.signal(signal.SIGTERM, previous)
             self.session.close()
 
@@ -305,8 +311,15 @@ class Supervisor:
         self.session.expunge(job)
         return job
 
+    def _end_identity(self) -> None:
+        if self.identity is not None and self.attempt is not None:
+            self.isolation.end(self.session, self.job_id, self.attempt, self.identity)
+            self.identity = None
+
     def _prepare(self, job: Job, spec: AnySpec, run_dir: Path) -> None:
         run_dir.mkdir(parents=True, exist_ok=True)
+        run_dirs.scrub(run_dir, job.attempt)  # what an earlier attempt planted where the worker writes
+        (run_dir / "logs" / f"attempt-{job.attempt}").mkdir(parents=True, exist_ok=True)
         # As placed on this worker: nproc_per_node 'gpu' is a number here.
         _write_atomic(run_dir / SPEC_FILE, json.dumps(spec.visible_dump(), indent=2))
         (run_dir / ERROR_FILE).unlink(missing_ok=True)
@@ -317,6 +330,11 @@ class Supervisor:
     def _run_attempt(self, job: Job) -> str:
         run_dir = Path(job.run_dir or "")
         self.tail = EventTail(run_dir / "events.jsonl")
+        refused = self.isolation.owner_refused(self.redis, job.owner)
+        if refused is not None:
+            if self.gang is not None:
+                self.gang.abort()
+            return self._fail_or_retry(job, outcome.Failure(ErrorType.SPEC, refused, None, None), retry=False)
         try:
             spec = spec_from_dict(devices.place(job.spec, devices.gpu_count(self.settings), self.worker_id,
                                                 self.settings.spec_limits()))
@@ -329,6 +347,11 @@ class Supervisor:
             self._prepare(job, spec, run_dir)
             # the uploaded bundle and the requirements environment (worker/job_code.py)
             job_code.prepare(self.settings, job, spec, run_dir, keep_going=lambda: self._setup_keep_going(job))
+            self.identity = self._db(lambda: self.isolation.take(self.session, job.id, job.attempt, run_dir), "leasing a uid")
+        except NoFreeUid as exc:
+            if self.gang is not None:
+                self.gang.abort()
+            return self._fail_or_retry(job, outcome.Failure(ErrorType.INTERNAL, str(exc), None, None))
         except (job_code.SetupFailed, job_code.SetupInterrupted) as exc:
             return self._setup_ended(job, exc)
         except OSError as exc:
@@ -340,7 +363,7 @@ class Supervisor:
             host = advertised_host(self.settings)
             node = node_launch(self.settings, job.id, job.attempt, spec.parallel.nnodes, 0, f"{host}:{free_port(host)}")
         request = LaunchRequest(job_id=job.id, attempt=job.attempt, run_dir=run_dir, spec=spec, resume_from=job.resume_from,
-                                node=node)
+                                node=node, identity=self.identity)
         self._stop_earlier_attempts(job, request)
         try:
             secrets = self._db(lambda: rank_secrets(self.session, job.id, self.settings), "reading the job's secrets")

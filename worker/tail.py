@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from worker.run_dirs import open_job_file
 
 log = logging.getLogger(__name__)
 
@@ -73,10 +76,14 @@ class EventTail:
 
     def read(self) -> list[dict[str, Any]]:
         try:
-            with self.path.open("rb") as f:
+            # The job owns this file: a FIFO or a link planted in its place must neither hang nor redirect us.
+            with os.fdopen(open_job_file(self.path), "rb") as f:
                 f.seek(self.offset)
                 chunk = f.read()
         except FileNotFoundError:
+            return []
+        except OSError as exc:
+            log.warning("cannot read %s: %s", self.path, exc)
             return []
         end = chunk.rfind(b"\n")
         if end < 0:

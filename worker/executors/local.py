@@ -39,7 +39,13 @@ class LocalExecutor:
                            resume_from=request.resume_from, node=request.node, secrets=request.secrets)
         node = request.node.node_rank if request.node else 0
         launcher_log = request.log_dir / (LAUNCHER_LOG if node == 0 else f"launcher-node-{node}.log")
-        proc = processes.spawn(command, env, cwd=request.run_dir, log_path=launcher_log)
+        if request.identity is not None:
+            env["HOME"] = str(request.run_dir.resolve())  # the worker's home is not the job's
+        try:
+            proc = processes.spawn(command, env, cwd=request.run_dir, log_path=launcher_log, identity=request.identity)
+        except (OSError, subprocess.SubprocessError) as exc:
+            # Becoming the job's uid failed (a worker without the capabilities it had at start?): no retry helps here.
+            raise LaunchError(f"could not start the ranks: {exc}", transient=False) from exc
         return LocalLaunch(request=request, executor_id=None, launcher_log=launcher_log, proc=proc)
 
     def poll(self, launch: Launch) -> RankState:
@@ -49,7 +55,7 @@ class LocalExecutor:
     def stop(self, launch: Launch, grace_s: float, on_wait: Callable[[], None] | None = None) -> RankState:
         assert isinstance(launch, LocalLaunch)
         code = processes.stop(_proc(launch), launch.request.job_id, grace_s, on_wait=on_wait, node=launch.node,
-                              attempt=launch.request.attempt)
+                              attempt=launch.request.attempt, identity=launch.request.identity)
         return RankState(Phase.EXITED, exit_code=code)
 
     def release(self, launch: Launch) -> None:
@@ -59,9 +65,9 @@ class LocalExecutor:
 
     def kill(self, launch: Launch) -> None:
         assert isinstance(launch, LocalLaunch)
-        # By the attempt's mark: a newer attempt of the same job on this host lives on.
-        processes.kill_marked(launch.request.job_id, node=launch.node, attempt=launch.request.attempt)
-
+        # By the attempt's uid and cgroup, or by its mark: a newer attempt of the same job on this host lives on.
+        processes.kill_attempt(launch.request.job_id, launch.request.identity, node=launch.node,
+                               attempt=launch.request.attempt)
 
     def attach(self, request: LaunchRequest, executor_id: str) -> Launch:
         raise LaunchError("a local attempt cannot be attached: its processes die with the worker that started them",
