@@ -24,6 +24,7 @@ from redis.exceptions import RedisError
 
 from jobs import logconfig
 from jobs.settings import get_settings
+from stack import isolation
 from stack.children import Child, stop_all
 from stack.redis_server import RedisServer, answers, masked, refuses_auth
 from trainer.pdeathsig import set_not_dumpable
@@ -98,9 +99,10 @@ def _ready(url: str, redis_url: str, workers: dict[str, int | None]) -> bool:
     return True
 
 
-def banner(url: str, token: str) -> str:
+def banner(url: str, token: str, isolation_line: str = "") -> str:
     return "\n".join([
         f"torchyard is up at {url} (dashboard: {url}/)",
+        *([f"  jobs:        {isolation_line}"] if isolation_line else []),
         f"  admin token: {token}",
         f"  try:         curl -H 'Authorization: Bearer {token}' {url}/v1/jobs",
         f"  CLI:         export TORCHYARD_URL={url} TORCHYARD_API_KEY={token}",
@@ -128,6 +130,8 @@ def main(argv: list[str] | None = None) -> int:
     redis_url, redis = chosen
     token = settings.admin_token or secrets.token_urlsafe(24)
     env = {**os.environ, "TORCHYARD_REDIS_URL": redis_url, "TORCHYARD_ADMIN_TOKEN": token, "TORCHYARD_LOG_FORMAT": log_format}
+    isolation_env, isolation_line = isolation.choose(os.environ, Path(__file__).resolve().parent.parent)
+    env.update(isolation_env)
 
     api = Child("api", [sys.executable, "-m", "api", "--host", args.host, "--port", str(args.port)], env)
     names = [f"local-{i}" for i in range(args.workers)]
@@ -159,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         if signals:
             return 0
         time.sleep(0.5)  # the children's lines of that moment (the probe's access line) come out first: the block is last
-        log.info("%s", banner(f"http://{args.host}:{args.port}", token))
+        log.info("%s", banner(f"http://{args.host}:{args.port}", token, isolation_line))
         while not signals:
             now = time.monotonic()
             for child in children:

@@ -91,3 +91,16 @@ def test_a_live_namesake_keeps_its_name(private_redis: RedisServer) -> None:
     finally:
         alive.kill()
         alive.wait()
+
+
+def test_the_stack_isolates_jobs_only_where_a_job_uid_can_start_python(tmp_path: Path) -> None:
+    from stack import isolation
+
+    closed = tmp_path / "closed"
+    (closed / "code").mkdir(parents=True)
+    closed.chmod(0o700)
+    assert not isolation.reachable_by_others(closed / "code")
+    env, line = isolation.choose({}, closed / "code")
+    assert env == {"TORCHYARD_SINGLE_USER": "true"} and "TORCHYARD_JOB_UIDS" in line
+    assert isolation.choose({"TORCHYARD_JOB_UIDS": "30000-30009"}, closed) == ({}, "jobs run under uids 30000-30009 (TORCHYARD_JOB_UIDS)")
+    assert isolation.choose({"TORCHYARD_SINGLE_USER": "false"}, closed)[0] == {}
