@@ -35,12 +35,16 @@ before the entrypoint itself.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import importlib.util
 import os
 import pkgutil  # noqa: F401  (runpy imports it lazily: loaded now, the code root cannot stand in for it)
 import runpy
 import signal
 import sys
+import threading
+from typing import NoReturn
 
 from trainer.pdeathsig import set_parent_death_signal
 from trainer.rank_output import interleave
@@ -112,5 +116,28 @@ def main(argv: list[str] | None = None) -> None:
     runpy.run_module(target, run_name="__main__", alter_sys=True)
 
 
+def finish(code: object = 0) -> NoReturn:
+    """End a rank whose code returned (or raised SystemExit) as ``python`` would: non-daemon threads joined, atexit
+    handlers run, output flushed, the exit status kept; but without the interpreter's teardown, where gloo's threads
+    releasing their last work objects can abort a finished rank ("terminate called without an active exception",
+    SIGABRT after the script's last line), which torchrun would report as a failure."""
+    if code is not None and not isinstance(code, int):
+        sys.stderr.write(f"{code}\n")  # SystemExit("message"): python prints it and exits 1
+        code = 1
+    main_thread = threading.main_thread()
+    for thread in threading.enumerate():
+        if thread is not main_thread and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code or 0)
+
+
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except SystemExit as exc:
+        finish(exc.code)
+    finish(0)

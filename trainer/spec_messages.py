@@ -186,8 +186,16 @@ def _message(error: Mapping[str, Any], tp: Any, parent: Any, path: Sequence[Any]
     if kind == "missing":
         return "required"
     what = describe(tp) if tp is not None else None
+    # A secret's value never comes back, not even in its own refusal.
+    got = "a value not shown" if path and path[0] == "secrets" else _got(error.get("input"))
+    ctx = error.get("ctx") or {}
+    if ("too_long" in kind or "too_short" in kind) and ("max_length" in ctx or "min_length" in ctx):
+        # The right type, the wrong size: say which size, counted as the user counts it.
+        unit = "characters" if isinstance(error.get("input"), str) else "items"
+        limit = f"at most {ctx['max_length']}" if "too_long" in kind else f"at least {ctx['min_length']}"
+        return f"must have {limit} {unit}; got {got if path and path[0] == 'secrets' else len(error.get('input') or ())}"
     if what and any(marker in kind for marker in _TYPE_ERRORS):
-        message = f"must be {what}; got {_got(error.get('input'))}"
+        message = f"must be {what}; got {got}"
         literal = [v for v in _literals(tp) if isinstance(v, str)]
         if isinstance(error.get("input"), str) and literal and (close := suggestion(error["input"], literal)):
             message += f'; did you mean "{close}"?'
