@@ -15,6 +15,7 @@ from redis.exceptions import RedisError
 from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from api import methods
 from api.schemas import SSE_PAYLOADS, Problem
 from jobs.keys import KeyNotFound
 from jobs.limits import OverLimit
@@ -42,6 +43,11 @@ def validation_problem(errors: list[dict[str, Any]]) -> JSONResponse:
     items = [{"field": _field(e["loc"]), "message": e["msg"]} for e in errors]
     detail = "; ".join(f"{i['field']}: {i['message']}" for i in items) or "invalid request"
     return problem(422, detail, errors=items)
+
+
+def invalid(where: str, field: str, message: str) -> RequestValidationError:
+    """A 422 naming one field (``where``: query, header, path or body), raised by a route that checks more than a schema can say."""
+    return RequestValidationError([{"loc": (where, field), "msg": message, "type": "value_error"}])
 
 
 def install(app: FastAPI) -> None:
@@ -82,8 +88,13 @@ def install(app: FastAPI) -> None:
         return problem(503, "Redis does not answer; try again shortly", headers={"Retry-After": "5"})
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        return problem(exc.status_code, str(exc.detail), headers=getattr(exc, "headers", None))
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        headers = dict(getattr(exc, "headers", None) or {})
+        if exc.status_code == 405:  # Starlette's names the methods of one route only; the path may have several
+            headers["Allow"] = methods.allow_header(request.app, request.url.path)
+            allowed = headers["Allow"]
+            return problem(405, f"{request.method} is not allowed here; this path answers {allowed}", headers=headers)
+        return problem(exc.status_code, str(exc.detail), headers=headers or None)
 
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, exc: Exception) -> JSONResponse:

@@ -5,21 +5,23 @@ from __future__ import annotations
 import re
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Header, HTTPException, Path, Query, Request, Response
+from fastapi import APIRouter, Body, Header, Path, Query, Request, Response
 from fastapi.responses import StreamingResponse
+from pydantic import StringConstraints
 from redis import Redis
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
-from api import read_pool
+from api import ranges, read_pool
 from api.auth import PrincipalDep
 from api.deps import RedisDep, SessionDep, SettingsDep
+from api.errors import invalid
 from api.job_reader import JobReader
 from api.schemas import CheckpointList, CheckpointOut, JobList, JobOut, MetricList, MetricOut
-from jobs import artifacts, bundles, job_read, service
+from jobs import bundles, cursors, job_read, service
 from jobs.models import Status
 from jobs.settings import Settings
-from trainer.spec import AnySpec, SpecError, SpecProblem, spec_problems
+from trainer.spec import LABEL_KEY_PATTERN, AnySpec, SpecError, SpecProblem, spec_problems
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
@@ -35,10 +37,8 @@ SPEC_EXAMPLES = {"mlp": {"summary": "A small MLP on synthetic data, DDP on 2 pro
     "parallel": {"strategy": "ddp", "nproc_per_node": 2}, "train": {"epochs": 1, "global_batch_size": 32, "lr": 0.001},
     "labels": {"team": "vision"},
 }}}
-RangeHeader = Annotated[str | None, Header(alias="Range", max_length=200, description="One byte range, e.g. bytes=0-1023.")]
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]")
-_FILE = {200: {"content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
-               "description": "The safetensors file."}}
+_FILE = ranges.file_responses("The safetensors file.")
 
 
 @router.post("", status_code=201, response_model=JobOut, summary="Submit a job",
@@ -61,12 +61,17 @@ def submit_job(
     return JobOut.detail(service.job_detail(session, redis, settings, principal.owner, sub.job.id))
 
 
+# A label filter: a key as labels have them (trainer.spec.LABEL_KEY_PATTERN), '=', any value.
+LABEL_FILTER = r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}="
+LabelFilter = Annotated[str, StringConstraints(pattern=LABEL_FILTER, max_length=1024)]
+
+
 def _labels(label: list[str]) -> dict[str, str]:
     pairs = {}
     for item in label:
         key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise HTTPException(422, f"label: filter {item!r} must be key=value")
+        if not sep or not re.match(LABEL_KEY_PATTERN, key):
+            raise invalid("query", "label", f"filter {item!r} must be key=value")
         pairs[key] = value
     return pairs
 
@@ -77,14 +82,15 @@ def list_jobs(
     session: SessionDep,
     status: Annotated[list[Status] | None, Query(description="Repeat to match any of several.")] = None,
     name: Annotated[str | None, Query(max_length=64)] = None,
-    label: Annotated[list[str], Query(description="key=value; repeat to require several.", max_length=32)] = [],  # noqa: B006
+    label: Annotated[list[LabelFilter], Query(description="key=value; repeat to require several.", max_length=32)] = [],  # noqa: B006
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    cursor: Annotated[str | None, Query(max_length=256)] = None,
+    cursor: Annotated[str | None, Query(max_length=cursors.JOB_CURSOR_MAX, pattern=cursors.JOB_CURSOR,
+                                        description="A next_cursor this server returned.")] = None,
 ) -> JobList:
     try:
         page = service.list_jobs(session, principal.owner, status=status, name=name, labels=_labels(label), limit=limit, cursor=cursor)
-    except ValueError as exc:
-        raise HTTPException(422, f"cursor: {exc}") from exc
+    except cursors.MalformedCursor as exc:
+        raise invalid("query", "cursor", str(exc)) from exc
     return JobList(items=[JobOut.summary(j) for j in page.items], next_cursor=page.next_cursor)
 
 
@@ -144,15 +150,16 @@ def get_metrics(
     principal: PrincipalDep,
     session: SessionDep,
     name: Annotated[list[str] | None, Query(description="Metric names, e.g. train/loss; repeat for several.", max_length=64)] = None,
-    since_step: Annotated[int | None, Query(ge=0, le=2**62)] = None,
+    since_step: Annotated[int | None, Query(ge=0, le=cursors.SQL_INT_MAX)] = None,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
-    cursor: Annotated[str | None, Query(max_length=256)] = None,
+    cursor: Annotated[str | None, Query(max_length=cursors.METRIC_CURSOR_MAX, pattern=cursors.METRIC_CURSOR,
+                                        description="A next_cursor this server returned.")] = None,
 ) -> MetricList:
     service.get_job(session, principal.owner, job_id)
     try:
         page = service.metric_points(session, job_id, names=name, since_step=since_step, limit=limit, cursor=cursor)
-    except ValueError as exc:
-        raise HTTPException(422, f"cursor: {exc}") from exc
+    except cursors.MalformedCursor as exc:
+        raise invalid("query", "cursor", str(exc)) from exc
     return MetricList(items=[MetricOut.of(p) for p in page.items], next_cursor=page.next_cursor)
 
 
@@ -165,25 +172,13 @@ def get_checkpoints(job_id: JobId, principal: PrincipalDep, session: SessionDep,
 def _weights_response(job_id: str, step: int, opened: service.OpenedFile, range_header: str | None) -> StreamingResponse:
     # Served from the descriptor opened under the run directory: the path is never looked up again.
     name = _SAFE_NAME.sub("_", f"{job_id}-step{step}-{opened.name}")
-    headers = {"Content-Disposition": f'attachment; filename="{name}"', "Accept-Ranges": "bytes"}
-    try:
-        wanted = artifacts.byte_range(range_header, opened.size)
-    except artifacts.RangeNotSatisfiable:
-        opened.file.close()
-        raise HTTPException(416, f"Range: outside the file's {opened.size} bytes",
-                            headers={"Content-Range": f"bytes */{opened.size}"}) from None
-    start, end = wanted or (0, opened.size)
-    headers["Content-Length"] = str(end - start)
-    if wanted is not None:
-        headers["Content-Range"] = f"bytes {start}-{end - 1}/{opened.size}"
-    return StreamingResponse(artifacts.iter_file(opened.file, start, end), status_code=206 if wanted else 200,
-                             media_type="application/octet-stream", headers=headers)
+    return ranges.file_response(opened.file, opened.size, name, "application/octet-stream", range_header)
 
 
 @router.get("/{job_id}/weights", response_class=StreamingResponse, responses=_FILE,
             summary="Download the consolidated weights of the latest checkpoint that has them (the final one)")
 def get_final_weights(job_id: JobId, principal: PrincipalDep, session: SessionDep, settings: SettingsDep,
-                      range_header: RangeHeader = None) -> StreamingResponse:
+                      range_header: ranges.RangeHeader = None) -> StreamingResponse:
     ckpt, opened = service.weights_file(session, settings, principal.owner, job_id)
     return _weights_response(job_id, ckpt.step, opened, range_header)
 
@@ -192,7 +187,7 @@ def get_final_weights(job_id: JobId, principal: PrincipalDep, session: SessionDe
             summary="Download the consolidated weights file of one checkpoint")
 def get_checkpoint_weights(
     job_id: JobId, step: Annotated[int, Path(ge=0, le=2**62)], principal: PrincipalDep, session: SessionDep, settings: SettingsDep,
-    range_header: RangeHeader = None,
+    range_header: ranges.RangeHeader = None,
 ) -> StreamingResponse:
     ckpt, opened = service.weights_file(session, settings, principal.owner, job_id, step)
     return _weights_response(job_id, ckpt.step, opened, range_header)

@@ -18,7 +18,7 @@ import time
 from collections.abc import AsyncIterator, Iterable, Iterator
 from typing import Annotated, BinaryIO, Literal
 
-from fastapi import APIRouter, Header, HTTPException, Path, Query, Request
+from fastapi import APIRouter, Header, Path, Query, Request
 from fastapi.responses import StreamingResponse
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
@@ -26,9 +26,10 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.concurrency import run_in_threadpool
 
 from api.auth import PrincipalDep, still_authorized
+from api.errors import invalid
 from api.schemas import sse_event_schema
 from api.stream_slots import StreamSlots
-from jobs import artifacts, feed, service
+from jobs import artifacts, cursors, feed, service
 from jobs import job_logs as job_logs_files
 from jobs.settings import Settings
 
@@ -64,9 +65,12 @@ async def job_events(
     job_id: JobId,
     principal: PrincipalDep,
     request: Request,
-    last_event_id_header: Annotated[str | None, Header(alias="Last-Event-ID", max_length=64)] = None,
+    last_event_id_header: Annotated[str | None, Header(
+        alias="Last-Event-ID", max_length=cursors.EVENT_ID_MAX, pattern=cursors.EVENT_ID,
+        description="The id of the last message received: the stream resumes after it.")] = None,
     last_event_id: Annotated[str | None, Query(
-        max_length=64, description="Same as the Last-Event-ID header, for clients that cannot set headers.")] = None,
+        max_length=cursors.EVENT_ID_MAX, pattern=cursors.EVENT_ID,
+        description="Same as the Last-Event-ID header, for clients that cannot set headers.")] = None,
 ) -> EventSourceResponse:
     engine: Engine = request.app.state.engine
     settings: Settings = request.app.state.settings
@@ -74,8 +78,9 @@ async def job_events(
     raw = last_event_id_header or last_event_id
     try:
         cursor = feed.Cursor.parse(raw) if raw else None
-    except ValueError as exc:
-        raise HTTPException(422, f"Last-Event-ID: {exc}") from exc
+    except cursors.MalformedCursor as exc:
+        where = ("header", "Last-Event-ID") if last_event_id_header else ("query", "last_event_id")
+        raise invalid(*where, str(exc)) from exc
     slot = _slots(request).acquire(principal.owner)
 
     async def stream() -> AsyncIterator[ServerSentEvent]:
@@ -116,11 +121,11 @@ def _sse(message: feed.Message) -> ServerSentEvent:
 
 
 def _open_logs(settings: Settings, job_id: str, relatives: list[str]) -> list[tuple[str, BinaryIO]]:
-    """The files of ``relatives`` that open (``artifacts.open_file``: no symlink followed), in order."""
+    """The files of ``relatives`` that open (``artifacts.open_file``: no symlink followed, no file of several links), in order."""
     opened = []
     for relative in relatives:
         try:
-            opened.append((relative, artifacts.open_file(settings, job_id, relative)))
+            opened.append((relative, artifacts.open_file(settings, job_id, relative, single_link=True)))
         except FileNotFoundError:
             continue
     return opened
@@ -158,7 +163,7 @@ async def job_logs(
     engine: Engine = request.app.state.engine
     settings: Settings = request.app.state.settings
     if stream is not None and (rank is None or rank == job_logs_files.LAUNCHER):
-        raise HTTPException(422, "stream: needs a rank number; the merged and launcher logs are one stream")
+        raise invalid("query", "stream", "needs a rank number; the merged and launcher logs are one stream")
     job, attempt = await run_in_threadpool(_in_session, engine, service.job_log, settings, principal.owner, job_id, attempt)
     what = job_logs_files.describe(rank, stream)
 
