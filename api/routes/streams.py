@@ -5,7 +5,8 @@ so an open stream holds no database connection between polls. At every poll the 
 is checked again (a revoked key's stream ends), each owner holds at most
 ``max_streams_per_owner`` open streams per API process (429 beyond), and an event stream ends
 after ``stream_max_lifetime_s`` with a ``reconnect`` message that clients resume from with
-Last-Event-ID. A followed log ends with its attempt.
+Last-Event-ID. A followed log ends with its attempt, or at the same maximum lifetime with a reconnect marker and
+the position to resume from (jobs.job_logs.RECONNECT_MARKER), which clients send back as ``position``.
 """
 
 from __future__ import annotations
@@ -157,7 +158,13 @@ async def job_logs(
     stream: Annotated[Literal["stderr", "stdout"] | None, Query(
         description="With a rank: only what its Python wrote to that stream.")] = None,
     tail: Annotated[int | None, Query(ge=1, le=100_000, description="Only the last N lines (of each node's log, merged).")] = None,
-    follow: Annotated[bool, Query(description="Keep sending appended lines until the attempt ends.")] = False,
+    follow: Annotated[bool, Query(description=(
+        "Keep sending appended lines until the attempt ends. A stream that reaches its maximum lifetime "
+        "(TORCHYARD_STREAM_MAX_LIFETIME_S) ends with the byte 0x1e, `torchyard-reconnect `, a position and a newline: "
+        "reconnect with that position (and the attempt of X-Log-Attempt) to go on where it stopped."))] = False,
+    position: Annotated[str | None, Query(
+        max_length=job_logs_files.POSITION_MAX, pattern=job_logs_files.POSITION_PATTERN,
+        description="Where to start: the position a followed log ended with (tail is then ignored).")] = None,
     attempt: Annotated[int | None, Query(ge=1, le=10_000, description="Whole-job attempt; default the current one.")] = None,
 ) -> StreamingResponse:
     engine: Engine = request.app.state.engine
@@ -166,6 +173,12 @@ async def job_logs(
         raise invalid("query", "stream", "needs a rank number; the merged and launcher logs are one stream")
     job, attempt = await run_in_threadpool(_in_session, engine, service.job_log, settings, principal.owner, job_id, attempt)
     what = job_logs_files.describe(rank, stream)
+    resume = job_logs_files.decode_position(position) if position else None  # the pattern has checked it already
+
+    async def start_of(f: BinaryIO, relative: str, end: int) -> int:
+        if resume is not None:
+            return resume.get(job_logs_files.file_key(relative), 0)
+        return await run_in_threadpool(artifacts.tail_offset, f, tail, end) if tail else 0
 
     def locate() -> list[str]:
         return job_logs_files.files(settings, job.id, attempt, rank, stream)
@@ -177,9 +190,9 @@ async def job_logs(
     headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no", "X-Log-Attempt": str(attempt)}
     if not follow:
         ranges = []
-        for _, f in opened:
+        for relative, f in opened:
             size = os.fstat(f.fileno()).st_size
-            ranges.append((f, await run_in_threadpool(artifacts.tail_offset, f, tail, size) if tail else 0, size))
+            ranges.append((f, await start_of(f, relative, size), size))
         # A plain iterator: Starlette reads it in a thread, so file reads never block the event loop.
         return StreamingResponse(_iter_files(ranges), media_type="text/plain; charset=utf-8", headers=headers)
     try:
@@ -189,6 +202,7 @@ async def job_logs(
         raise
 
     async def followed() -> AsyncIterator[bytes]:
+        ends_at = time.monotonic() + settings.stream_max_lifetime_s
         handles: dict[str, BinaryIO] = dict(opened)
         offsets: dict[str, int] = {}
         try:
@@ -210,7 +224,7 @@ async def job_logs(
                         continue
                     if relative not in offsets:
                         end = os.fstat(f.fileno()).st_size
-                        offsets[relative] = await run_in_threadpool(artifacts.tail_offset, f, tail, end) if tail else 0
+                        offsets[relative] = await start_of(f, relative, end)
                     while True:  # bounded reads, so a large backlog is streamed rather than held in memory
                         chunk = await run_in_threadpool(artifacts.read_at, f, offsets[relative], _READ_MAX)
                         if whole_lines and len(chunk) < _READ_MAX:
@@ -221,6 +235,10 @@ async def job_logs(
                         if len(chunk) < _READ_MAX:
                             break
                 if done:
+                    return
+                if time.monotonic() >= ends_at:
+                    where = job_logs_files.encode_position({r: offsets[r] for r in current if r in offsets})
+                    yield f"{job_logs_files.RECONNECT_MARKER}{where}\n".encode()
                     return
                 await asyncio.sleep(settings.sse_poll_interval_s)
         finally:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import base64
 import os
 import re
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -14,9 +16,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from api.ranges import Unsatisfiable, byte_range
-from jobs import cursors
+from client import Client
+from jobs import cursors, job_logs
 from jobs.settings import Settings
 from tests.api.conftest import finish_job, ingest, metric_event, mlp_spec, start_job
+from tests.helpers import ADMIN_TOKEN
 
 
 @pytest.fixture
@@ -148,3 +152,51 @@ def test_byte_range_is_inside_the_file_or_refused(size: int, first: int, last: i
         if wanted is not None:
             start, end = wanted
             assert 0 <= start < end <= size
+
+
+def test_a_followed_log_ends_at_its_lifetime_and_resumes_where_it_stopped(client: TestClient, settings: Settings) -> None:
+    client.app.state.settings = settings.model_copy(update={"sse_poll_interval_s": 0.05, "stream_max_lifetime_s": 0.4})  # type: ignore[attr-defined]
+    job_id, run_dir = _job(client, settings)
+    log_file = run_dir / "logs" / "attempt-1" / "launcher.log"
+    log_file.parent.mkdir(parents=True)
+    log_file.write_text("line 0\nline 1\npartial")
+    url = f"/v1/jobs/{job_id}/logs"
+
+    first = client.get(url, params={"rank": "launcher", "follow": "true"})
+    assert first.status_code == 200 and first.headers["x-log-attempt"] == "1"
+    text, marker, rest = first.text.partition(job_logs.RECONNECT_MARKER)
+    assert text == "line 0\nline 1\npartial" and marker and rest.endswith("\n")
+    position = rest.strip()
+    with log_file.open("a") as f:
+        f.write(" line\nline 2\n")
+    again = client.get(url, params={"rank": "launcher", "follow": "true", "position": position, "tail": 1})
+    assert again.text.partition(job_logs.RECONNECT_MARKER)[0] == " line\nline 2\n"
+    # Without follow the position is where the file is read from; a malformed one is refused by name.
+    assert client.get(url, params={"rank": "launcher", "position": position}).text == " line\nline 2\n"
+    bad = client.get(url, params={"rank": "launcher", "position": "99999999999999999999"})
+    assert bad.status_code == 422 and _field_of(bad) == ["position"]
+
+    # The client resumes by itself, on the same attempt, and shows no marker: every line once.
+    def finish_later() -> None:
+        time.sleep(1.0)
+        with log_file.open("a") as f:
+            f.write("line 3\n")
+        time.sleep(0.6)
+        finish_job(settings, job_id)
+
+    thread = threading.Thread(target=finish_later)
+    thread.start()
+    followed = "".join(Client("http://testserver", ADMIN_TOKEN, transport=client._transport).follow_logs(job_id, rank="launcher"))  # type: ignore[attr-defined]
+    thread.join()
+    assert followed == "line 0\nline 1\npartial line\nline 2\nline 3\n"
+
+
+@given(st.dictionaries(st.text(min_size=1, max_size=40), st.integers(min_value=0, max_value=cursors.SQL_INT_MAX), max_size=8))
+def test_a_log_position_round_trips(offsets: dict[str, int]) -> None:
+    raw = job_logs.encode_position(offsets)
+    if not offsets:
+        return
+    assert re.fullmatch(job_logs.POSITION_PATTERN, raw) and len(raw) <= job_logs.POSITION_MAX
+    decoded = job_logs.decode_position(raw)
+    assert all(decoded[job_logs.file_key(name)] == offset for name, offset in offsets.items()
+               if sum(job_logs.file_key(n) == job_logs.file_key(name) for n in offsets) == 1)
