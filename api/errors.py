@@ -105,20 +105,44 @@ def install(app: FastAPI) -> None:
 
 
 _STATUSES = {
-    400: "Malformed request.",
+    400: "Malformed request (a Content-Length that is not a number, a request HTTP cannot parse).",
     401: "Missing, invalid or revoked API key.",
     403: "Needs the admin key.",
     404: "No such resource for this owner (another owner's job answers 404 too).",
     409: "The job's status does not allow this.",
-    413: "Request body over TORCHYARD_MAX_REQUEST_BYTES.",
+    413: "Request body over TORCHYARD_MAX_REQUEST_BYTES (TORCHYARD_MAX_CODE_BYTES for code bundles).",
+    415: "A Content-Encoding this server does not decode.",
+    416: "The Range lies outside the file; Content-Range says its size.",
     422: "A field is invalid; `errors` names each one.",
-    429: "A per-owner cap refuses the request.",
-    503: "SQL or Redis does not answer.",
+    429: "A per-owner cap refuses the request; Retry-After says when to try again.",
+    500: "An unexpected error; the server log has the details.",
+    503: "SQL or Redis does not answer; Retry-After says when to try again.",
 }
+_HEADERS = {
+    401: {"WWW-Authenticate": "Bearer"},
+    416: {"Content-Range": "bytes */<size of the file>"},
+    429: {"Retry-After": "Seconds to wait."},
+    503: {"Retry-After": "Seconds to wait."},
+}
+PROBLEM_REF = {"schema": {"$ref": "#/components/schemas/Problem"}}
+
+
+def responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """The problem+json answers a route gives beyond those every route has (``_openapi`` adds those: 400, 413, 500,
+    503; 401 under /v1; 404 with a path parameter; 422 with any parameter or body). For ``responses=`` of a route."""
+    return {status: _response(status) for status in statuses}
+
+
+def _response(status: int) -> dict[str, Any]:
+    out: dict[str, Any] = {"description": _STATUSES.get(status, HTTPStatus(status).phrase), "content": {PROBLEM: PROBLEM_REF}}
+    if status in _HEADERS:
+        out["headers"] = {name: {"description": text, "schema": {"type": "string"}} for name, text in _HEADERS[status].items()}
+    return out
 
 
 def _openapi(app: FastAPI) -> dict[str, Any]:
-    """FastAPI's schema, with every error response documented as problem+json."""
+    """FastAPI's schema, with every status an operation answers documented, errors as problem+json. No ``default``:
+    a status not listed is a defect the schemathesis run of the test suite finds."""
     if app.openapi_schema:
         return app.openapi_schema
     schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
@@ -128,22 +152,23 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
     schemas["Problem"] = problem_schema
     for model in SSE_PAYLOADS.values():  # referenced from the text/event-stream schema of /events
         schemas[model.__name__] = model.model_json_schema(ref_template="#/components/schemas/{model}")
-    ref = {"content": {PROBLEM: {"schema": {"$ref": "#/components/schemas/Problem"}}}}
     schemas.pop("HTTPValidationError", None)
     schemas.pop("ValidationError", None)
     for path, operations in schema.get("paths", {}).items():
-        for method, op in operations.items():
-            responses = op.setdefault("responses", {})
-            secured = path.startswith("/v1/")
-            wanted = {400, 404, 422, 500, 503} | ({401, 403} if secured else set())
-            if method in ("post", "put", "patch"):
-                wanted |= {413}
-            if path == "/v1/jobs" and method == "post":
-                wanted |= {409, 429}
+        for op in operations.values():
+            answers = op.setdefault("responses", {})
+            # The body-size middleware answers 400 and 413 before any route; any route may find SQL or Redis down.
+            wanted = {400, 413, 500, 503}
+            if path.startswith("/v1/"):
+                wanted.add(401)
+            if "{" in path:
+                wanted.add(404)
+            if op.get("parameters") or op.get("requestBody"):
+                wanted.add(422)
             for status in sorted(wanted):
-                key = str(status)
-                description = _STATUSES.get(status, HTTPStatus(status).phrase)
-                responses[key] = {"description": responses.get(key, {}).get("description", description), **ref}
-            responses["default"] = {"description": "Any other error.", **ref}
+                if str(status) not in answers:
+                    answers[str(status)] = _response(status)
+            if "422" in answers:  # FastAPI's own 422 entry names its HTTPValidationError: ours is a problem
+                answers["422"] = _response(422)
     app.openapi_schema = schema
     return schema

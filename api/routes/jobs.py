@@ -15,7 +15,7 @@ from sqlmodel import Session
 from api import ranges, read_pool
 from api.auth import PrincipalDep
 from api.deps import RedisDep, SessionDep, SettingsDep
-from api.errors import invalid
+from api.errors import invalid, responses
 from api.job_reader import JobReader
 from api.schemas import CheckpointList, CheckpointOut, JobList, JobOut, MetricList, MetricOut
 from jobs import bundles, cursors, job_read, service
@@ -38,11 +38,11 @@ SPEC_EXAMPLES = {"mlp": {"summary": "A small MLP on synthetic data, DDP on 2 pro
     "labels": {"team": "vision"},
 }}}
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]")
-_FILE = ranges.file_responses("The safetensors file.")
+_FILE = {**ranges.file_responses("The safetensors file."), **responses(416)}
 
 
 @router.post("", status_code=201, response_model=JobOut, summary="Submit a job",
-             responses={201: {"headers": {"Idempotent-Replayed": {
+             responses={**responses(429), 201: {"headers": {"Idempotent-Replayed": {
                  "description": "'true' when an earlier request with the same Idempotency-Key created this job.",
                  "schema": {"type": "string"}}}}})
 def submit_job(
@@ -118,20 +118,20 @@ def _detail_response(detail: service.JobDetail) -> Response:
     return Response(JobOut.detail(detail).model_dump_json().encode(), media_type="application/json")
 
 
-@router.post("/{job_id}/cancel", response_model=JobOut, summary="Cancel a queued or running job")
+@router.post("/{job_id}/cancel", response_model=JobOut, summary="Cancel a queued or running job", responses=responses(409))
 def cancel_job(job_id: JobId, principal: PrincipalDep, session: SessionDep, redis: RedisDep) -> JobOut:
     job = service.request_cancel(session, redis, principal.owner, job_id)
     return JobOut.of(job, secrets=service.secret_names(session, job.id))
 
 
-@router.delete("/{job_id}", status_code=204, response_class=Response,
+@router.delete("/{job_id}", status_code=204, response_class=Response, responses=responses(409),
                summary="Delete a finished job: its rows and its run directory (409 while queued or running)")
 def delete_job(job_id: JobId, principal: PrincipalDep, session: SessionDep, settings: SettingsDep) -> Response:
     service.delete_job(session, settings, principal.owner, job_id)
     return Response(status_code=204)
 
 
-@router.post("/{job_id}/retry", status_code=201, response_model=JobOut,
+@router.post("/{job_id}/retry", status_code=201, response_model=JobOut, responses=responses(409, 429),
              summary="Run a finished job again, from its latest checkpoint, as a new job")
 def retry_job(job_id: JobId, principal: PrincipalDep, session: SessionDep, redis: RedisDep, settings: SettingsDep) -> JobOut:
     old = service.get_job(session, principal.owner, job_id)  # 404 before the cap: another owner's job says nothing

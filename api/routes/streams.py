@@ -27,7 +27,7 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.concurrency import run_in_threadpool
 
 from api.auth import PrincipalDep, still_authorized
-from api.errors import invalid
+from api.errors import invalid, responses
 from api.schemas import sse_event_schema
 from api.stream_slots import StreamSlots
 from jobs import artifacts, cursors, feed, service
@@ -60,7 +60,7 @@ def _slots(request: Request) -> StreamSlots:
     return request.app.state.stream_slots
 
 
-@router.get("/{job_id}/events", response_class=EventSourceResponse, responses=_SSE_DOC,
+@router.get("/{job_id}/events", response_class=EventSourceResponse, responses={**_SSE_DOC, **responses(429)},
             summary="Live status changes, metrics and checkpoints (Server-Sent Events), resumable with Last-Event-ID")
 async def job_events(
     job_id: JobId,
@@ -146,7 +146,7 @@ def _iter_files(ranges: list[tuple[BinaryIO, int, int]]) -> Iterator[bytes]:
         _close_all(f for f, _, _ in ranges)
 
 
-@router.get("/{job_id}/logs", response_class=StreamingResponse, responses=_TEXT_DOC,
+@router.get("/{job_id}/logs", response_class=StreamingResponse, responses={**_TEXT_DOC, **responses(429)},
             summary="An attempt's log: every rank merged (default), one rank as printed, one stream, or the launcher's")
 async def job_logs(
     job_id: JobId,
