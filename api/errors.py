@@ -170,5 +170,26 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
                     answers[str(status)] = _response(status)
             if "422" in answers:  # FastAPI's own 422 entry names its HTTPValidationError: ours is a problem
                 answers["422"] = _response(422)
+    _link(schema, ("/v1/jobs", "post"), "201", "/v1/jobs/{job_id}", "job_id", "id")
+    _link(schema, ("/v1/jobs/{job_id}/retry", "post"), "201", "/v1/jobs/{job_id}", "job_id", "id")
+    _link(schema, ("/v1/keys", "post"), "201", "/v1/keys/{key_id}", "key_id", "id")
+    for status in ("200", "201"):
+        _link(schema, ("/v1/code", "post"), status, "/v1/code/{digest}", "digest", "digest")
     app.openapi_schema = schema
     return schema
+
+
+def _link(schema: dict[str, Any], source: tuple[str, str], status: str, prefix: str, parameter: str, field: str) -> None:
+    """OpenAPI links from the response that creates a resource to every operation under ``prefix`` that takes its id,
+    so clients and stateful tests know where the id goes."""
+    paths = schema["paths"]
+    answer = paths.get(source[0], {}).get(source[1], {}).get("responses", {}).get(status)
+    if answer is None:
+        return
+    links = answer.setdefault("links", {})
+    for path, operations in paths.items():
+        if path == prefix or path.startswith(prefix + "/"):
+            for op in operations.values():
+                if "operationId" in op:
+                    links[op["operationId"]] = {"operationId": op["operationId"],
+                                                "parameters": {parameter: f"$response.body#/{field}"}}

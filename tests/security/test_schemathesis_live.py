@@ -1,0 +1,188 @@
+"""Schemathesis against a live API process (uvicorn, as ``python -m api`` serves it), with a tenant's key and a
+second owner's: every generated request, per operation and in stateful sequences along the OpenAPI links, passes
+all of schemathesis' checks and one of our own, that nothing owner A has is reachable with owner B's key.
+
+Bounded (a fixed number of derandomized examples per operation and of stateful steps): a couple of minutes here.
+It fails on any 5xx, status, header, content type or body the OpenAPI does not state, valid data refused, invalid
+data accepted, a request without a key that is not refused, and any cross-owner access.
+
+Valid data may still be refused where the OpenAPI cannot state the server's rule: a spec names models, datasets
+and queues that must exist, a key's queues must be among TORCHYARD_QUEUES, a code bundle is a tar archive, and a
+log's ``stream`` needs a rank number. Those answers must be 422 problem+json naming the field; nothing else is let by.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, Phase
+from hypothesis import settings as hypothesis_settings
+from schemathesis.checks import (
+    content_type_conformance,
+    ensure_resource_availability,
+    ignored_auth,
+    negative_data_rejection,
+    not_a_server_error,
+    positive_data_acceptance,
+    response_headers_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+    use_after_free,
+)
+
+from jobs.db import get_engine, init_db
+from jobs.settings import Settings
+from stack.redis_server import RedisServer
+from tests.api.conftest import finish_job, ingest, metric_event, start_job
+from tests.conftest import make_settings
+from tests.helpers import Services
+
+pytestmark = pytest.mark.slow
+
+EXAMPLES = int(os.environ.get("TORCHYARD_SCHEMATHESIS_EXAMPLES", "25"))
+STATEFUL_STEPS = int(os.environ.get("TORCHYARD_SCHEMATHESIS_STEPS", "40"))
+# What a rule the OpenAPI cannot state answers for data its schema admits (see the module's docstring).
+SEMANTIC = {("POST", "/v1/jobs"), ("POST", "/v1/keys"), ("POST", "/v1/code"), ("GET", "/v1/jobs/{job_id}/logs")}
+
+
+@dataclass
+class LiveApi:
+    url: str
+    settings: Settings
+    admin: str
+    alice: str
+    bob: str
+    job_id: str  # alice's finished job, with metrics, a checkpoint with weights, logs and artifacts
+
+
+@pytest.fixture(scope="module")
+def api_live(tmp_path_factory: pytest.TempPathFactory, redis_server: RedisServer) -> Iterator[LiveApi]:
+    tmp = tmp_path_factory.mktemp("schemathesis-live")
+    settings = make_settings(tmp, f"sqlite:///{tmp / 'torchyard.db'}", redis_server.url, max_queued_per_owner=20)
+    init_db(get_engine(settings.database_url))
+    services = Services(settings, tmp / "service-logs")
+    services.start_api(TORCHYARD_MAX_QUEUED_PER_OWNER="20")
+    try:
+        with services.client() as admin:
+            keys = {o: admin.post("/v1/keys", json={"owner": o, "name": o}).json()["key"] for o in ("alice", "bob")}
+            job_id = admin.post("/v1/jobs", headers={"Authorization": f"Bearer {keys['alice']}"}, json={
+                "name": "st", "model": {"name": "mlp"}, "data": {"name": "synthetic-classification"},
+                "train": {"global_batch_size": 8}}).json()["id"]
+        _finished_job(settings, job_id)
+        yield LiveApi(services.url, settings, services.headers["Authorization"], f"Bearer {keys['alice']}",
+                   f"Bearer {keys['bob']}", job_id)
+    finally:
+        services.stop()
+
+
+def _finished_job(settings: Settings, job_id: str) -> None:
+    run_dir = start_job(settings, job_id)
+    ckpt = run_dir / "checkpoints" / "step_00000010"
+    ckpt.mkdir(parents=True)
+    (ckpt / "model.safetensors").write_bytes(b"weights" * 100)
+    logs = run_dir / "logs" / "attempt-1"
+    logs.mkdir(parents=True)
+    (logs / "launcher.log").write_text("hello\n")
+    (logs / "ranks.log").write_text("[rank 0] hello\n")
+    (run_dir / "artifacts").mkdir()
+    (run_dir / "artifacts" / "trace.json").write_text('{"traceEvents": []}')
+    ingest(settings, job_id, [metric_event(1, 10), {"seq": 2, "time": 2.0, "type": "checkpoint", "step": 10,
+                                                    "path": "checkpoints/step_00000010",
+                                                    "weights": "checkpoints/step_00000010/model.safetensors"}])
+    finish_job(settings, job_id)
+
+
+@pytest.fixture(scope="module")
+def live_schema(api_live: LiveApi) -> schemathesis.BaseSchema:
+    return schemathesis.openapi.from_url(f"{api_live.url}/openapi.json")
+
+
+LIVE: dict[str, LiveApi] = {}  # the module's live service, for the checks (they get no fixtures)
+
+
+def _owner_of(case: schemathesis.Case) -> str:
+    live = LIVE["live"]
+    return live.admin if case.path.startswith("/v1/keys") else live.alice
+
+
+@schemathesis.check
+def accepted_unless_a_semantic_rule(ctx: Any, response: Any, case: schemathesis.Case) -> bool | None:
+    """positive_data_acceptance, but where a rule the OpenAPI cannot state refuses the data: a 422 naming a field."""
+    if (case.method, case.path) in SEMANTIC and response.status_code == 422:
+        problem = response.json()
+        assert response.headers.get("content-type", [""])[0] == "application/problem+json" and problem["errors"], problem
+        return None
+    return positive_data_acceptance(ctx, response, case)
+
+
+@schemathesis.check
+def nothing_reachable_by_another_owner(ctx: Any, response: Any, case: schemathesis.Case) -> bool | None:
+    """What answers alice (a job, its files and streams, a code bundle) answers bob with 404, and bob's job list
+    never shows a job of hers."""
+    if not 200 <= response.status_code < 300 or _owner_of(case) != LIVE["live"].alice:
+        return None
+    live = LIVE["live"]
+    with httpx.Client(base_url=live.url, headers={"Authorization": live.bob}, timeout=30) as bob:
+        if case.method == "POST" and case.path in ("/v1/jobs", "/v1/jobs/{job_id}/retry"):
+            job_id = response.json()["id"]
+            assert bob.get(f"/v1/jobs/{job_id}").status_code == 404, f"bob reads alice's job {job_id}"
+            assert job_id not in {j["id"] for j in bob.get("/v1/jobs", params={"limit": 500}).json()["items"]}
+            return None
+        if case.path_parameters and ("job_id" in case.path_parameters or "digest" in case.path_parameters):
+            kwargs = case.as_transport_kwargs(base_url=live.url)
+            headers = {k: v for k, v in (kwargs.get("headers") or {}).items() if k.lower() != "authorization"}
+            # Only reads are replayed: a write bob could make would change alice's resource for the checks after this one.
+            if case.method == "GET":
+                got = bob.request("GET", kwargs["url"], params=kwargs.get("params"), headers={**headers, "Authorization": live.bob})
+                assert got.status_code in (404, 422), f"bob got {got.status_code} for alice's {case.formatted_path}"
+            job_id = (case.path_parameters or {}).get("job_id")
+            if isinstance(job_id, str):
+                assert bob.get(f"/v1/jobs/{job_id}").status_code in (404, 422), f"bob reads alice's job {job_id}"
+    return None
+
+
+CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_headers_conformance,
+          response_schema_conformance, negative_data_rejection, accepted_unless_a_semantic_rule, use_after_free,
+          ensure_resource_availability, ignored_auth, nothing_reachable_by_another_owner]
+
+schema = schemathesis.pytest.from_fixture("live_schema")
+
+
+@schema.parametrize()
+@hypothesis_settings(max_examples=EXAMPLES, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck),
+                     phases=[Phase.explicit, Phase.generate])
+def test_every_operation_as_documented(case: schemathesis.Case, api_live: LiveApi) -> None:
+    LIVE["live"] = api_live
+    job_id = (case.path_parameters or {}).get("job_id")
+    # Half the generated job ids are alice's real job, so success answers are checked too (never deleted: others need it).
+    if isinstance(job_id, str) and len(job_id) % 2 == 0 and case.method != "DELETE":
+        case.path_parameters["job_id"] = api_live.job_id  # type: ignore[index]
+    case.call_and_validate(headers={"Authorization": _owner_of(case)}, checks=CHECKS, timeout=30)
+
+
+def test_stateful_sequences_along_the_links(live_schema: schemathesis.BaseSchema, api_live: LiveApi) -> None:
+    LIVE["live"] = api_live
+
+    class Machine(live_schema.as_state_machine()):  # type: ignore[misc]
+        def get_call_kwargs(self, case: schemathesis.Case) -> dict[str, Any]:
+            return {"headers": {"Authorization": _owner_of(case)}, "timeout": 30}
+
+        def validate_response(self, response: Any, case: schemathesis.Case, additional_checks: Any = None, **kwargs: Any) -> None:
+            case.validate_response(response, checks=CHECKS, headers=kwargs.get("headers"), recorder=self.recorder)
+
+    Machine.run(settings=hypothesis_settings(max_examples=STATEFUL_STEPS, deadline=None, derandomize=True,
+                                             suppress_health_check=list(HealthCheck), stateful_step_count=6,
+                                             phases=[Phase.explicit, Phase.generate]))
+
+
+def test_the_live_service_was_exercised(api_live: LiveApi) -> None:
+    """The run above reached real answers: alice's job and its files answered her, and bob's key saw none of it."""
+    with httpx.Client(base_url=api_live.url, timeout=30) as http:
+        assert http.get(f"/v1/jobs/{api_live.job_id}", headers={"Authorization": api_live.alice}).status_code == 200
+        assert http.get(f"/v1/jobs/{api_live.job_id}", headers={"Authorization": api_live.bob}).status_code == 404
