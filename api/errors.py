@@ -170,6 +170,12 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
                     answers[str(status)] = _response(status)
             if "422" in answers:  # FastAPI's own 422 entry names its HTTPValidationError: ours is a problem
                 answers["422"] = _response(422)
+            for parameter in op.get("parameters", []):
+                _not_nullable(parameter)
+            if path == "/v1/code":
+                for parameter in op.get("parameters", []):
+                    if parameter["name"].lower() == "content-encoding":
+                        parameter["schema"]["pattern"] = CONTENT_ENCODING
     _link(schema, ("/v1/jobs", "post"), "201", "/v1/jobs/{job_id}", "job_id", "id")
     _link(schema, ("/v1/jobs/{job_id}/retry", "post"), "201", "/v1/jobs/{job_id}", "job_id", "id")
     _link(schema, ("/v1/keys", "post"), "201", "/v1/keys/{key_id}", "key_id", "id")
@@ -177,6 +183,22 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
         _link(schema, ("/v1/code", "post"), status, "/v1/code/{digest}", "digest", "digest")
     app.openapi_schema = schema
     return schema
+
+
+# What POST /v1/code decodes (any case, blanks around it); anything else answers 415.
+CONTENT_ENCODING = r"^[ \t]*(?:[Gg][Zz][Ii][Pp]|[Ii][Dd][Ee][Nn][Tt][Ii][Tt][Yy])[ \t]*$"
+
+
+def _not_nullable(parameter: dict[str, Any]) -> None:
+    """An optional parameter is one left out, never one sent as null: FastAPI's ``anyOf: [X, null]`` becomes X, so a
+    client generated from the schema does not send the text 'null'."""
+    schema = parameter.get("schema", {})
+    options = schema.get("anyOf")
+    if isinstance(options, list):
+        kept = [o for o in options if o.get("type") != "null"]
+        if len(kept) == 1 and len(kept) < len(options):
+            rest = {k: v for k, v in schema.items() if k != "anyOf"}
+            parameter["schema"] = {**kept[0], **rest}
 
 
 def _link(schema: dict[str, Any], source: tuple[str, str], status: str, prefix: str, parameter: str, field: str) -> None:

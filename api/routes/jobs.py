@@ -84,7 +84,7 @@ def list_jobs(
     name: Annotated[str | None, Query(max_length=64)] = None,
     label: Annotated[list[LabelFilter], Query(description="key=value; repeat to require several.", max_length=32)] = [],  # noqa: B006
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    cursor: Annotated[str | None, Query(max_length=cursors.JOB_CURSOR_MAX, pattern=cursors.JOB_CURSOR,
+    cursor: Annotated[str | None, Query(pattern=cursors.JOB_CURSOR,
                                         description="A next_cursor this server returned.")] = None,
 ) -> JobList:
     try:
@@ -152,7 +152,7 @@ def get_metrics(
     name: Annotated[list[str] | None, Query(description="Metric names, e.g. train/loss; repeat for several.", max_length=64)] = None,
     since_step: Annotated[int | None, Query(ge=0, le=cursors.SQL_INT_MAX)] = None,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
-    cursor: Annotated[str | None, Query(max_length=cursors.METRIC_CURSOR_MAX, pattern=cursors.METRIC_CURSOR,
+    cursor: Annotated[str | None, Query(pattern=cursors.METRIC_CURSOR,
                                         description="A next_cursor this server returned.")] = None,
 ) -> MetricList:
     service.get_job(session, principal.owner, job_id)

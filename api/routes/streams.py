@@ -67,10 +67,10 @@ async def job_events(
     principal: PrincipalDep,
     request: Request,
     last_event_id_header: Annotated[str | None, Header(
-        alias="Last-Event-ID", max_length=cursors.EVENT_ID_MAX, pattern=cursors.EVENT_ID,
+        alias="Last-Event-ID", pattern=cursors.EVENT_ID,
         description="The id of the last message received: the stream resumes after it.")] = None,
     last_event_id: Annotated[str | None, Query(
-        max_length=cursors.EVENT_ID_MAX, pattern=cursors.EVENT_ID,
+        pattern=cursors.EVENT_ID,
         description="Same as the Last-Event-ID header, for clients that cannot set headers.")] = None,
 ) -> EventSourceResponse:
     engine: Engine = request.app.state.engine
@@ -163,7 +163,7 @@ async def job_logs(
         "(TORCHYARD_STREAM_MAX_LIFETIME_S) ends with the byte 0x1e, `torchyard-reconnect `, a position and a newline: "
         "reconnect with that position (and the attempt of X-Log-Attempt) to go on where it stopped."))] = False,
     position: Annotated[str | None, Query(
-        max_length=job_logs_files.POSITION_MAX, pattern=job_logs_files.POSITION_PATTERN,
+        pattern=job_logs_files.POSITION_PATTERN,
         description="Where to start: the position a followed log ended with (tail is then ignored).")] = None,
     attempt: Annotated[int | None, Query(ge=1, le=10_000, description="Whole-job attempt; default the current one.")] = None,
 ) -> StreamingResponse:
