@@ -72,7 +72,8 @@ def api_live(tmp_path_factory: pytest.TempPathFactory, redis_server: RedisServer
     settings = make_settings(tmp, f"sqlite:///{tmp / 'torchyard.db'}", redis_server.url, max_queued_per_owner=20)
     init_db(get_engine(settings.database_url))
     services = Services(settings, tmp / "service-logs")
-    services.start_api(TORCHYARD_MAX_QUEUED_PER_OWNER="20")
+    # Streams of jobs that never finish (no worker runs here) end within a second, with their reconnect message.
+    services.start_api(TORCHYARD_MAX_QUEUED_PER_OWNER="20", TORCHYARD_STREAM_MAX_LIFETIME_S="1", TORCHYARD_SSE_POLL_INTERVAL_S="0.2")
     try:
         with services.client() as admin:
             made = {o: admin.post("/v1/keys", json={"owner": o, "name": o}).json() for o in ("alice", "bob")}
