@@ -13,8 +13,10 @@ log's ``stream`` needs a rank number. Those answers must be 422 problem+json nam
 
 from __future__ import annotations
 
+import logging
 import os
 import re
+import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -48,9 +50,11 @@ from tests.conftest import make_settings
 from tests.helpers import Services
 
 pytestmark = pytest.mark.slow
+log = logging.getLogger(__name__)
 
-EXAMPLES = int(os.environ.get("TORCHYARD_SCHEMATHESIS_EXAMPLES", "25"))
-STATEFUL_STEPS = int(os.environ.get("TORCHYARD_SCHEMATHESIS_STEPS", "40"))
+# About 100 s on two busy cores; the environment can raise them for a longer run.
+EXAMPLES = int(os.environ.get("TORCHYARD_SCHEMATHESIS_EXAMPLES", "200"))
+STATEFUL_STEPS = int(os.environ.get("TORCHYARD_SCHEMATHESIS_STEPS", "80"))
 # What a rule the OpenAPI cannot state answers for data its schema admits (see the module's docstring).
 SEMANTIC = {("POST", "/v1/jobs"), ("POST", "/v1/keys"), ("POST", "/v1/code"), ("GET", "/v1/jobs/{job_id}/logs")}
 
@@ -115,6 +119,7 @@ def live_schema(api_live: LiveApi) -> schemathesis.BaseSchema:
 
 LIVE: dict[str, LiveApi] = {}  # the module's live service, for the checks (they get no fixtures)
 SEEN: set[tuple[str, int]] = set()  # (operation, status) of every response checked
+STEPS: list[int] = []  # the status of every stateful step
 
 
 def _owner_of(case: schemathesis.Case) -> str:
@@ -233,11 +238,21 @@ def test_stateful_sequences_along_the_links(live_schema: schemathesis.BaseSchema
             return {"headers": _auth(case), "timeout": 30}
 
         def validate_response(self, response: Any, case: schemathesis.Case, additional_checks: Any = None, **kwargs: Any) -> None:
+            STEPS.append(response.status_code)
             case.validate_response(response, checks=CHECKS, headers=kwargs.get("headers"), recorder=self.recorder)
 
-    Machine.run(settings=hypothesis_settings(max_examples=STATEFUL_STEPS, deadline=None, derandomize=True,
-                                             suppress_health_check=list(HealthCheck), stateful_step_count=6,
-                                             phases=[Phase.explicit, Phase.generate]))
+    steps_before = len(STEPS)
+    try:
+        Machine.run(settings=hypothesis_settings(max_examples=STATEFUL_STEPS, deadline=None, derandomize=True,
+                                                 suppress_health_check=list(HealthCheck), stateful_step_count=6,
+                                                 phases=[Phase.explicit, Phase.generate]))
+    except AssertionError as exc:
+        # Hypothesis stops exploring when a sequence it replays draws differently, which a live server's new ids can
+        # cause (an assertion in its data tree, not a finding). Every step that ran was checked; enough must have run.
+        if exc.__traceback__ is None or "conjecture/datatree.py" not in traceback.extract_tb(exc.__traceback__)[-1].filename:
+            raise
+        log.warning("the stateful run stopped after %d steps: hypothesis could not replay a sequence", len(STEPS) - steps_before)
+        assert len(STEPS) - steps_before >= STATEFUL_STEPS, "the stateful run stopped too early to count"
 
 
 def test_the_run_reached_real_answers() -> None:
