@@ -149,7 +149,8 @@ def get_metrics(
     job_id: JobId,
     principal: PrincipalDep,
     session: SessionDep,
-    name: Annotated[list[str] | None, Query(description="Metric names, e.g. train/loss; repeat for several.", max_length=64)] = None,
+    name: Annotated[list[Annotated[str, StringConstraints(min_length=1, max_length=128)]] | None, Query(
+        description="Metric names, e.g. train/loss; repeat for several.", max_length=64)] = None,
     since_step: Annotated[int | None, Query(ge=0, le=cursors.SQL_INT_MAX)] = None,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
     cursor: Annotated[str | None, Query(pattern=cursors.METRIC_CURSOR,
