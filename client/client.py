@@ -198,7 +198,7 @@ class Client:
         the server ends at its maximum lifetime is resumed where it stopped, on the same attempt."""
         params: dict[str, int | str] = {**_log_params(rank, tail, stream, attempt), "follow": "true"}
         while True:
-            position = None
+            position: str | None = None
             try:
                 with self._http.stream("GET", f"/v1/jobs/{job_id}/logs", params=params, headers={"Accept": "text/plain"},
                                        timeout=httpx.Timeout(self._http.timeout.connect, read=None)) as response:
@@ -218,7 +218,7 @@ class Client:
                         yield held
             except httpx.TransportError as exc:
                 raise ConnectionFailed(f"log stream from {self.url} broke: {exc}") from exc
-            if not position:
+            if position is None:
                 return
             params.pop("tail", None)
             params["position"] = position

@@ -66,7 +66,8 @@ RECONNECT_MARKER = "\x1etorchyard-reconnect "
 _OFFSET = cursors.uint_pattern(cursors.SQL_INT_MAX)
 MAX_POSITION_FILES = 64
 # One "<file key>:<byte offset>" per file served, joined by "."; a file of the log not named starts from its beginning.
-POSITION_PATTERN = f"^[0-9a-f]{{8}}:{_OFFSET}(?:\\.[0-9a-f]{{8}}:{_OFFSET}){{0,{MAX_POSITION_FILES - 1}}}$"
+# Empty: no file was open yet, so every file starts from its beginning.
+POSITION_PATTERN = f"^(?:[0-9a-f]{{8}}:{_OFFSET}(?:\\.[0-9a-f]{{8}}:{_OFFSET}){{0,{MAX_POSITION_FILES - 1}}})?$"
 POSITION_MAX = MAX_POSITION_FILES * 29 - 1
 _POSITION = re.compile(POSITION_PATTERN)
 
@@ -85,4 +86,4 @@ def decode_position(raw: str) -> dict[str, int]:
     """Byte offsets by file key; cursors.MalformedCursor (a ValueError) for anything but a position this server sent."""
     if not _POSITION.fullmatch(raw):
         raise cursors.MalformedCursor("malformed position; pass back the one a followed log ended with")
-    return {key: int(offset) for key, offset in (part.split(":") for part in raw.split("."))}
+    return {key: int(offset) for key, offset in (part.split(":") for part in raw.split(".") if part)}

@@ -173,7 +173,7 @@ async def job_logs(
         raise invalid("query", "stream", "needs a rank number; the merged and launcher logs are one stream")
     job, attempt = await run_in_threadpool(_in_session, engine, service.job_log, settings, principal.owner, job_id, attempt)
     what = job_logs_files.describe(rank, stream)
-    resume = job_logs_files.decode_position(position) if position else None  # the pattern has checked it already
+    resume = job_logs_files.decode_position(position) if position is not None else None  # the pattern has checked it
 
     async def start_of(f: BinaryIO, relative: str, end: int) -> int:
         if resume is not None:
