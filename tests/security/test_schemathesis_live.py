@@ -2,7 +2,9 @@
 second owner's: every generated request, per operation and in stateful sequences along the OpenAPI links, passes
 all of schemathesis' checks and one of our own, that nothing owner A has is reachable with owner B's key.
 
-Bounded (a fixed number of derandomized examples per operation and of stateful steps): a couple of minutes here.
+Three runs, bounded (a fixed number of derandomized examples per operation and of stateful sequences; about two
+minutes on two busy cores): generated data per operation, the coverage phase (boundaries, missing parameters, methods
+the path does not have, with Allow checked on 405 too), and stateful sequences along the OpenAPI links.
 It fails on any 5xx, status, header, content type or body the OpenAPI does not state, valid data refused, invalid
 data accepted, a request without a key that is not refused, and any cross-owner access.
 
@@ -27,15 +29,18 @@ import schemathesis
 from hypothesis import HealthCheck, Phase
 from hypothesis import settings as hypothesis_settings
 from schemathesis.checks import (
+    allow_header_conformance,
     content_type_conformance,
     ensure_resource_availability,
     ignored_auth,
+    missing_required_header,
     negative_data_rejection,
     not_a_server_error,
     positive_data_acceptance,
     response_headers_conformance,
     response_schema_conformance,
     status_code_conformance,
+    unsupported_method,
     use_after_free,
 )
 from schemathesis.config import SchemathesisConfig
@@ -53,7 +58,7 @@ pytestmark = pytest.mark.slow
 log = logging.getLogger(__name__)
 
 # About 100 s on two busy cores; the environment can raise them for a longer run.
-EXAMPLES = int(os.environ.get("TORCHYARD_SCHEMATHESIS_EXAMPLES", "200"))
+EXAMPLES = int(os.environ.get("TORCHYARD_SCHEMATHESIS_EXAMPLES", "120"))
 STATEFUL_STEPS = int(os.environ.get("TORCHYARD_SCHEMATHESIS_STEPS", "80"))
 # What a rule the OpenAPI cannot state answers for data its schema admits (see the module's docstring).
 SEMANTIC = {("POST", "/v1/jobs"), ("POST", "/v1/keys"), ("POST", "/v1/code"), ("GET", "/v1/jobs/{job_id}/logs")}
@@ -225,6 +230,43 @@ def test_every_operation_as_documented(case: schemathesis.Case, api_live: LiveAp
         case.path_parameters["job_id"] = api_live.job_id  # type: ignore[index]
     _spare_our_keys(case)
     case.call_and_validate(headers=_auth(case), checks=CHECKS, timeout=30)
+
+
+@pytest.fixture(scope="module")
+def coverage_schema(api_live: LiveApi) -> schemathesis.BaseSchema:
+    config = SchemathesisConfig.from_dict({"phases": {"examples": {"enabled": False}, "fuzzing": {"enabled": False}}})
+    return schemathesis.openapi.from_url(f"{api_live.url}/openapi.json", config=config)
+
+
+@schemathesis.check
+def allow_names_every_method_of_the_path(ctx: Any, response: Any, case: schemathesis.Case) -> bool | None:
+    """A 405 (a method the path does not have) lists in Allow exactly the methods the OpenAPI documents for the path
+    (HEAD and OPTIONS aside, which the framework adds); schemathesis itself checks Allow on OPTIONS only."""
+    if response.status_code != 405:
+        return None
+    allowed = {m.strip().upper() for m in ", ".join(response.headers.get("allow", [])).split(",") if m.strip()}
+    documented = {m.upper() for m in case.operation.schema[case.operation.path] if m.upper() in ("GET", "POST", "PUT", "PATCH", "DELETE")}
+    assert allowed - {"HEAD", "OPTIONS"} == documented, f"Allow: {sorted(allowed)} for a path documenting {sorted(documented)}"
+    assert response.headers.get("content-type", [""])[0] == "application/problem+json"
+    return None
+
+
+# The coverage phase: boundary values of every parameter, each required one left out, and the methods an operation does
+# not have (405 with a correct Allow). Its "valid" values are not always valid (a bare "0" for Last-Event-ID), so valid
+# data acceptance is checked by the generated run above, not here.
+COVERAGE_CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_headers_conformance,
+                   response_schema_conformance, rejected_unless_lax_scalars, missing_required_header, unsupported_method,
+                   allow_header_conformance, allow_names_every_method_of_the_path, ignored_auth, nothing_reachable_by_another_owner]
+coverage = schemathesis.pytest.from_fixture("coverage_schema")
+
+
+@coverage.parametrize()
+@hypothesis_settings(max_examples=EXAMPLES, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck),
+                     phases=[Phase.explicit, Phase.generate])
+def test_boundaries_missing_parameters_and_other_methods(case: schemathesis.Case, api_live: LiveApi) -> None:
+    LIVE["live"] = api_live
+    _spare_our_keys(case)
+    case.call_and_validate(headers=_auth(case), checks=COVERAGE_CHECKS, timeout=30)
 
 
 def test_stateful_sequences_along_the_links(live_schema: schemathesis.BaseSchema, api_live: LiveApi) -> None:
