@@ -6,6 +6,7 @@ import argparse
 
 import uvicorn
 
+from api.protocol import PROTOCOL
 from jobs import logconfig
 from jobs.settings import get_settings
 
@@ -21,7 +22,7 @@ def main(argv: list[str] | None = None) -> None:
     logconfig.configure(args.log_level, args.log_format or get_settings().log_format)
     uvicorn.run(
         "api.app:create_service_app", factory=True, host=args.host, port=args.port, workers=args.workers,
-        log_level=args.log_level, proxy_headers=True,
+        log_level=args.log_level, proxy_headers=True, http=PROTOCOL,
         # Logging is ours (JSON lines with request ids); api.middleware writes one access line per request.
         log_config=None, access_log=False,
     )

@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 import dashboard
-from api import errors, read_pool
+from api import errors, methods, read_pool
 from api.auth import Principal
 from api.job_reader import JobReader
 from api.key_cache import KeyCache
@@ -68,6 +68,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(keys.router)
     code.install(app)
     dashboard.mount(app)
+    methods.install(app)  # last: OPTIONS answered from every route above
     # Outermost last: the size limit sees the raw body before anything reads it.
     app.add_middleware(RequestContext, latency=latency)
     # Code bundles have a cap of their own (the route enforces it on the inflated archive; 1 MiB slack for gzip framing).

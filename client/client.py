@@ -194,17 +194,34 @@ class Client:
 
     def follow_logs(self, job_id: str, *, rank: int | str | None = None, tail: int | None = None, stream: str | None = None,
                     attempt: int | None = None) -> Iterator[str]:
-        """Chunks of log text as they are written, until the attempt ends and the server closes the stream."""
-        params = {**_log_params(rank, tail, stream, attempt), "follow": "true"}
-        try:
-            with self._http.stream("GET", f"/v1/jobs/{job_id}/logs", params=params, headers={"Accept": "text/plain"},
-                                   timeout=httpx.Timeout(self._http.timeout.connect, read=None)) as response:
-                if response.is_error:
-                    response.read()
-                    raise error_from_response(response)
-                yield from response.iter_text()
-        except httpx.TransportError as exc:
-            raise ConnectionFailed(f"log stream from {self.url} broke: {exc}") from exc
+        """Chunks of log text as they are written, until the attempt ends and the server closes the stream. A stream
+        the server ends at its maximum lifetime is resumed where it stopped, on the same attempt."""
+        params: dict[str, int | str] = {**_log_params(rank, tail, stream, attempt), "follow": "true"}
+        while True:
+            position: str | None = None
+            try:
+                with self._http.stream("GET", f"/v1/jobs/{job_id}/logs", params=params, headers={"Accept": "text/plain"},
+                                       timeout=httpx.Timeout(self._http.timeout.connect, read=None)) as response:
+                    if response.is_error:
+                        response.read()
+                        raise error_from_response(response)
+                    if response.headers.get("X-Log-Attempt", "").isdigit():  # a resumed stream stays on this attempt
+                        params["attempt"] = int(response.headers["X-Log-Attempt"])
+                    held = ""  # text from a 0x1e on, until it is known not to be the reconnect marker
+                    for chunk in response.iter_text():
+                        text, held = _split_marker(held + chunk)
+                        if text:
+                            yield text
+                    if held.startswith(_RECONNECT) and held.endswith("\n"):
+                        position = held[len(_RECONNECT):].strip()
+                    elif held:
+                        yield held
+            except httpx.TransportError as exc:
+                raise ConnectionFailed(f"log stream from {self.url} broke: {exc}") from exc
+            if position is None:
+                return
+            params.pop("tail", None)
+            params["position"] = position
 
     def download_weights(self, job_id: str, dest: str | Path | None = None, *, step: int | None = None) -> Path:
         """Save the consolidated weights of the latest checkpoint that has them (or of ``step``) to ``dest``
@@ -404,6 +421,21 @@ def _attachment_name(disposition: str | None) -> str | None:
         if key.lower() == "filename" and value:
             return Path(value.strip('"')).name or None
     return None
+
+
+# How the server ends a followed log at its maximum lifetime (jobs.job_logs.RECONNECT_MARKER): then a position, a newline.
+_RECONNECT = "\x1etorchyard-reconnect "
+
+
+def _split_marker(text: str) -> tuple[str, str]:
+    """``text`` cut into what can be shown now and what may be the start of the reconnect marker (held back)."""
+    at = text.rfind("\x1e")
+    if at == -1:
+        return text, ""
+    tail = text[at:]
+    if _RECONNECT.startswith(tail[:len(_RECONNECT)]) and "\n" not in tail[:-1]:
+        return text[:at], tail
+    return text, ""
 
 
 def _log_params(rank: int | str | None, tail: int | None, stream: str | None, attempt: int | None) -> dict[str, int | str]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import stat
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
@@ -41,13 +40,15 @@ def safe_path(settings: Settings, job_id: str, relative: str) -> Path | None:
     return target
 
 
-def open_under(root: Path, relative: str) -> BinaryIO:
+def open_under(root: Path, relative: str, *, single_link: bool = False) -> BinaryIO:
     """Open the regular file ``root/relative`` for reading without following a symlink anywhere on the way.
 
     Each directory is opened relative to its parent's descriptor with ``O_NOFOLLOW``, then the file
     itself, so a symlink swapped in after a check cannot redirect the read: the caller serves from the
     returned file, never from the path again. FIFOs, devices and directories are refused too (opened
-    non-blocking, so a FIFO cannot hang the caller). Raises FileNotFoundError for anything refused."""
+    non-blocking, so a FIFO cannot hang the caller). With ``single_link`` a file with more than one hard link is
+    refused as a symlink is: a job can link, into its own directory, a file it can read that is not its to serve.
+    Raises FileNotFoundError for anything refused."""
     parts = PurePosixPath(relative).parts
     if not parts or "\x00" in relative or os.path.isabs(relative) or any(p in ("", ".", "..") for p in parts):
         raise FileNotFoundError(relative)
@@ -63,16 +64,17 @@ def open_under(root: Path, relative: str) -> BinaryIO:
         raise FileNotFoundError(relative) from exc
     finally:
         os.close(fd)
-    if not stat.S_ISREG(os.fstat(file_fd).st_mode):
+    st = os.fstat(file_fd)
+    if not stat.S_ISREG(st.st_mode) or (single_link and st.st_nlink > 1):
         os.close(file_fd)
         raise FileNotFoundError(relative)
     os.set_blocking(file_fd, True)
     return os.fdopen(file_fd, "rb")
 
 
-def open_file(settings: Settings, job_id: str, relative: str) -> BinaryIO:
+def open_file(settings: Settings, job_id: str, relative: str, *, single_link: bool = False) -> BinaryIO:
     """A file of the job's run directory, opened by ``open_under``; FileNotFoundError when it is missing or refused."""
-    return open_under(job_dir(settings, job_id), relative)
+    return open_under(job_dir(settings, job_id), relative, single_link=single_link)
 
 
 def log_file(settings: Settings, job_id: str, attempt: int, rank: int | None, stream: str = "stderr") -> str | None:
@@ -124,35 +126,6 @@ def read_at(f: BinaryIO, start: int, size: int) -> bytes:
     return f.read(size)
 
 
-class RangeNotSatisfiable(ValueError):
-    """A Range header no byte of the file satisfies (HTTP 416)."""
-
-    def __init__(self, size: int):
-        self.size = size
-        super().__init__(f"the requested range is outside the file's {size} bytes")
-
-
-_RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
-
-
-def byte_range(header: str | None, size: int) -> tuple[int, int] | None:
-    """The [start, end) a ``Range: bytes=...`` header asks of a file of ``size`` bytes; None for the whole
-    file (no header, or one this server answers in full: several ranges, other units, malformed).
-    Raises RangeNotSatisfiable when the range lies outside the file."""
-    match = _RANGE.match((header or "").strip())
-    if not match or match.groups() == ("", ""):
-        return None
-    first, last = match.groups()
-    if first == "":  # the last N bytes
-        start, end = max(0, size - int(last)), size
-    else:
-        start = int(first)
-        end = size if last == "" else min(size, int(last) + 1)
-    if start >= size or end <= start:
-        raise RangeNotSatisfiable(size)
-    return start, end
-
-
 def iter_file(f: BinaryIO, start: int, end: int) -> Iterator[bytes]:
     """The bytes [start, end) of the open file in chunks, then closes it. ``end`` is fixed up front, so a
     growing file still sends exactly what was promised."""
@@ -193,8 +166,8 @@ MAX_LISTED = 10_000
 
 def list_artifacts(run_dir: Path, limit: int = MAX_LISTED) -> list[tuple[str, int, float]]:
     """(path relative to ``artifacts/``, size, modified) of every regular file under the run's ``artifacts/``,
-    sorted by path, at most ``limit``. Symlinks (to files or directories) are neither listed nor followed,
-    so the listing never names anything ``open_under`` would refuse to serve."""
+    sorted by path, at most ``limit``. Symlinks (to files or directories) are neither listed nor followed, and files
+    with more than one hard link are not listed, so the listing never names anything ``open_artifact`` refuses."""
     root = run_dir / ARTIFACTS_DIR
     if root.is_symlink() or not root.is_dir():
         return []
@@ -207,7 +180,7 @@ def list_artifacts(run_dir: Path, limit: int = MAX_LISTED) -> list[tuple[str, in
                 st = os.lstat(full)
             except FileNotFoundError:  # deleted while we walked
                 continue
-            if stat.S_ISREG(st.st_mode):
+            if stat.S_ISREG(st.st_mode) and st.st_nlink == 1:
                 found.append((Path(full).relative_to(root).as_posix(), st.st_size, st.st_mtime))
                 if len(found) >= limit:
                     return sorted(found)
@@ -216,7 +189,7 @@ def list_artifacts(run_dir: Path, limit: int = MAX_LISTED) -> list[tuple[str, in
 
 def open_artifact(run_dir: Path, relative: str) -> BinaryIO:
     """The artifact ``relative`` (to ``artifacts/``), opened by ``open_under``: FileNotFoundError when it is missing,
-    not a regular file, or reached through a symlink, ``..`` or an absolute path."""
+    not a regular file, has more than one hard link, or is reached through a symlink, ``..`` or an absolute path."""
     if not relative or relative.startswith("/") or "\\" in relative:
         raise FileNotFoundError(relative)
-    return open_under(run_dir, f"{ARTIFACTS_DIR}/{relative}")
+    return open_under(run_dir, f"{ARTIFACTS_DIR}/{relative}", single_link=True)

@@ -17,6 +17,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlmodel import Session
 
+from jobs import cursors
 from jobs.models import Checkpoint, Job, MetricPoint, Status, Transition
 
 # Upper bound of events read per poll; a longer backlog is sent over several polls without waiting.
@@ -29,14 +30,12 @@ class Cursor:
     seq: int = 0
 
     def encode(self) -> str:
-        return f"{self.transition_id}-{self.seq}"
+        return cursors.event_id(self.transition_id, self.seq)
 
     @classmethod
     def parse(cls, raw: str) -> Cursor:
-        head, sep, tail = raw.strip().partition("-")
-        if not sep or not head.isdigit() or not tail.isdigit() or len(raw) > 40:
-            raise ValueError(f"malformed event id {raw[:40]!r}; use the id of a message this stream sent")
-        return cls(int(head), int(tail))
+        """cursors.MalformedCursor (a ValueError) for anything but an id this server makes, numbers in SQL's range."""
+        return cls(*cursors.parse_event_id(raw))
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,10 @@ The ranks write them (trainer/rank_output.py) inside torchrun's log directory ``
 
 from __future__ import annotations
 
+import hashlib
 import re
 
-from jobs import artifacts
+from jobs import artifacts, cursors
 from jobs.settings import Settings
 from trainer.rank_output import MERGED_LOG, OUTPUT_LOG
 
@@ -55,3 +56,34 @@ def files(settings: Settings, job_id: str, attempt: int, rank: str | None, strea
         elif match:
             found.append((int(match.group(1)), path.name))
     return [f"{base}/{name}" for _, name in sorted(found)]
+
+
+# ------------------------------------------------------------ where a followed log resumes
+
+# A followed log that reaches its maximum lifetime ends with this marker, then the position to resume from and a
+# newline. The record separator (0x1e) does not occur in text a rank prints; clients strip the marker.
+RECONNECT_MARKER = "\x1etorchyard-reconnect "
+_OFFSET = cursors.uint_pattern(cursors.SQL_INT_MAX)
+MAX_POSITION_FILES = 64
+# One "<file key>:<byte offset>" per file served, joined by "."; a file of the log not named starts from its beginning.
+# Empty: no file was open yet, so every file starts from its beginning.
+POSITION_PATTERN = f"^(?:[0-9a-f]{{8}}:{_OFFSET}(?:\\.[0-9a-f]{{8}}:{_OFFSET}){{0,{MAX_POSITION_FILES - 1}}})?$"
+POSITION_MAX = MAX_POSITION_FILES * 29 - 1
+_POSITION = re.compile(POSITION_PATTERN)
+
+
+def file_key(relative: str) -> str:
+    """A short stable name of one log file in a position: a torchrun restart's new file has another key."""
+    return hashlib.sha256(relative.encode()).hexdigest()[:8]
+
+
+def encode_position(offsets: dict[str, int]) -> str:
+    """The position after ``offsets`` (bytes already sent of each file, by path relative to the run directory)."""
+    return ".".join(f"{file_key(relative)}:{offset}" for relative, offset in sorted(offsets.items())[:MAX_POSITION_FILES])
+
+
+def decode_position(raw: str) -> dict[str, int]:
+    """Byte offsets by file key; cursors.MalformedCursor (a ValueError) for anything but a position this server sent."""
+    if not _POSITION.fullmatch(raw):
+        raise cursors.MalformedCursor("malformed position; pass back the one a followed log ended with")
+    return {key: int(offset) for key, offset in (part.split(":") for part in raw.split(".") if part)}

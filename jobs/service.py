@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import hmac
 import json
@@ -21,7 +20,7 @@ from rq import Queue, Worker
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session
 
-from jobs import artifacts, gang, job_read, limits, queue, secrets
+from jobs import artifacts, cursors, gang, job_read, limits, queue, secrets
 from jobs.models import Attempt, Checkpoint, IdempotencyKey, Job, JobSecret, MetricPoint, Status, Transition, new_job_id, utcnow
 from jobs.settings import Settings
 from jobs.states import TransitionRefused, transition
@@ -146,22 +145,6 @@ class Page:
     next_cursor: str | None
 
 
-def _encode_cursor(*parts: Any) -> str:
-    return base64.urlsafe_b64encode("|".join(str(p) for p in parts).encode()).decode()
-
-
-def _decode_cursor(cursor: str | None, n: int) -> list[str] | None:
-    if not cursor:
-        return None
-    try:
-        parts = base64.b64decode(cursor.encode(), altchars=b"-_", validate=True).decode().split("|")
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ValueError("malformed cursor") from exc
-    if len(parts) != n:
-        raise ValueError("malformed cursor")
-    return parts
-
-
 # What a job list needs of each row: every column but the spec and the long error texts, and of the
 # spec only what progress bars read. Lists stay bounded however large specs and tracebacks grow.
 _SUMMARY_COLUMNS = [c for c in Job.__table__.columns if c.name not in ("spec", "error_traceback", "error_log_tail")]  # type: ignore[attr-defined]
@@ -205,9 +188,8 @@ def list_jobs(
         query = query.where(Job.status.in_([s.value for s in status]))  # type: ignore[attr-defined]
     if name:
         query = query.where(Job.name == name)
-    after = _decode_cursor(cursor, 1)
-    if after:
-        query = query.where(Job.id < after[0])
+    if cursor:
+        query = query.where(Job.id < cursors.parse_job_cursor(cursor))
     query = query.order_by(Job.id.desc())  # type: ignore[attr-defined]
     if labels:
         # Label filters run in Python: JSON operators differ between SQLite and PostgreSQL.
@@ -225,7 +207,7 @@ def list_jobs(
     names = secrets.names(session, [row.id for row in rows])
     items = [JobSummary({c.name: getattr(row, c.name) for c in _SUMMARY_COLUMNS}, _summary_spec(row), names.get(row.id, []))
              for row in rows]
-    return Page(items, _encode_cursor(rows[-1].id) if more else None)
+    return Page(items, cursors.job_cursor(rows[-1].id) if more else None)
 
 
 def secret_names(session: Session, job_id: str) -> list[str]:
@@ -318,16 +300,15 @@ def metric_points(
         query = query.where(MetricPoint.name.in_(names))  # type: ignore[attr-defined]
     if since_step is not None:
         query = query.where(MetricPoint.step >= since_step)
-    after = _decode_cursor(cursor, 2)
-    if after:
-        step, name = int(after[0]), after[1]
+    if cursor:
+        step, name = cursors.parse_metric_cursor(cursor)
         # A row-value comparison, so the (job_id, step, name) index serves it as one range (an OR of two does not).
         query = query.where(sa.tuple_(MetricPoint.step, MetricPoint.name) > sa.tuple_(sa.literal(step), sa.literal(name)))
     query = query.order_by(MetricPoint.step, MetricPoint.name).limit(limit + 1)
     rows = list(session.exec(query).scalars())  # type: ignore[call-overload]
     more = len(rows) > limit
     rows = rows[:limit]
-    return Page(rows, _encode_cursor(rows[-1].step, rows[-1].name) if more else None)
+    return Page(rows, cursors.metric_cursor(rows[-1].step, rows[-1].name) if more else None)
 
 
 def checkpoints(session: Session, job_id: str) -> list[Checkpoint]:

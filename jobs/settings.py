@@ -128,8 +128,9 @@ class Settings(BaseSettings):
                           "(rotation). Unset: specs with secrets are refused. API and workers need the same value.")
     max_streams_per_owner: int = Field(8, ge=1, description="Open /events and followed /logs streams one owner may hold "
                                                             "in one API process; more answer 429.")
-    stream_max_lifetime_s: float = Field(900.0, gt=0, description="An /events stream ends after this long with a "
-                                                                  "'reconnect' event; clients resume with Last-Event-ID.")
+    stream_max_lifetime_s: float = Field(900.0, gt=0, description="An /events stream or a followed /logs ends after this "
+                                                                  "long with a 'reconnect' message; clients resume with "
+                                                                  "Last-Event-ID (events) or its position (logs).")
 
     @property
     def bundles_root(self) -> Path:

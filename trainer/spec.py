@@ -38,6 +38,7 @@ from pydantic import (
     Discriminator,
     Field,
     SecretStr,
+    StrictBool,
     StringConstraints,
     Tag,
     TypeAdapter,
@@ -191,7 +192,7 @@ class TrackingSpec(_Strict):
 class ProfileSpec(_Strict):
     start_step: int = Field(..., ge=1, le=100_000_000, description="First optimizer step recorded (1-based).")
     steps: int = Field(3, ge=1, le=100, description="Steps recorded from start_step.")
-    memory: bool = Field(False, description="Also record tensor allocations (profile_memory) and shapes.")
+    memory: StrictBool = Field(False, description="Also record tensor allocations (profile_memory) and shapes.")
 
 
 class JobBase(_Strict):

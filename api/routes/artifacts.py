@@ -3,7 +3,8 @@
 
 Owner only, like every job route. A download is opened once with ``jobs.artifacts.open_under`` (no symlink
 followed at any component, regular files only) and served from that descriptor, so ``..``, absolute paths,
-percent-encoded traversal and symlinks out of the directory all answer 404.
+percent-encoded traversal, symlinks out of the directory and files with more than one hard link all answer 404.
+One byte range per request is served (api.ranges).
 """
 
 from __future__ import annotations
@@ -18,8 +19,10 @@ from fastapi import APIRouter, Path
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, Field
 
+from api import ranges
 from api.auth import PrincipalDep
 from api.deps import SessionDep, SettingsDep
+from api.errors import responses
 from jobs import artifacts, service
 
 router = APIRouter(prefix="/v1/jobs", tags=["artifacts"])
@@ -27,8 +30,7 @@ router = APIRouter(prefix="/v1/jobs", tags=["artifacts"])
 JobId = Annotated[str, Path(min_length=1, max_length=64, description="Job id.")]
 ArtifactPath = Annotated[str, Path(min_length=1, max_length=1024, description="Path relative to the run's artifacts/ directory.")]
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]")
-_FILE = {200: {"content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
-               "description": "The file's bytes."}}
+_FILE = {**ranges.file_responses("The file's bytes, with the media type its name suggests.", media_type="*/*"), **responses(416)}
 
 
 class ArtifactOut(BaseModel):
@@ -55,7 +57,7 @@ def list_artifacts(job_id: JobId, principal: PrincipalDep, session: SessionDep, 
 @router.get("/{job_id}/artifacts/{path:path}", response_class=StreamingResponse, responses=_FILE,
             summary="Download one file of the run's artifacts/ directory")
 def get_artifact(job_id: JobId, path: ArtifactPath, principal: PrincipalDep, session: SessionDep,
-                       settings: SettingsDep) -> StreamingResponse:
+                 settings: SettingsDep, range_header: ranges.RangeHeader = None) -> StreamingResponse:
     job = service.get_job(session, principal.owner, job_id)
     try:
         f = artifacts.open_artifact(artifacts.job_dir(settings, job.id), path)
@@ -64,6 +66,4 @@ def get_artifact(job_id: JobId, path: ArtifactPath, principal: PrincipalDep, ses
     size = os.fstat(f.fileno()).st_size
     name = _SAFE_NAME.sub("_", path.rsplit("/", 1)[-1])
     media = mimetypes.guess_type(name)[0] if not name.endswith(".gz") else "application/gzip"
-    headers = {"Content-Disposition": f'attachment; filename="{name}"', "Content-Length": str(size)}
-    # A plain iterator: Starlette reads it in a thread; the size is fixed now, so a growing file sends what was promised.
-    return StreamingResponse(artifacts.iter_file(f, 0, size), media_type=media or "application/octet-stream", headers=headers)
+    return ranges.file_response(f, size, name, media or "application/octet-stream", range_header)

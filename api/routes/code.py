@@ -11,7 +11,7 @@ from starlette.concurrency import run_in_threadpool
 
 from api.auth import PrincipalDep
 from api.deps import SettingsDep
-from api.errors import problem
+from api.errors import problem, responses
 from jobs import bundles
 
 router = APIRouter(prefix="/v1/code", tags=["code"])
@@ -35,7 +35,8 @@ class CodeBundleOut(BaseModel):
 
 @router.post("", response_model=CodeBundleOut, status_code=201, openapi_extra={"requestBody": _TAR_BODY},
              summary="Upload a code bundle (a tar archive); 201 when stored, 200 when this owner already has it",
-             responses={200: {"model": CodeBundleOut, "description": "This owner already has a bundle with this digest."}})
+             responses={200: {"model": CodeBundleOut, "description": "This owner already has a bundle with this digest."},
+                        **responses(415)})
 async def upload_code(
     request: Request, principal: PrincipalDep, settings: SettingsDep, response: Response,
     content_encoding: Annotated[str | None, Header(max_length=32, description="gzip, or none.")] = None,

@@ -5,21 +5,23 @@ from __future__ import annotations
 import re
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Header, HTTPException, Path, Query, Request, Response
+from fastapi import APIRouter, Body, Header, Path, Query, Request, Response
 from fastapi.responses import StreamingResponse
+from pydantic import StringConstraints
 from redis import Redis
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
-from api import read_pool
+from api import ranges, read_pool
 from api.auth import PrincipalDep
 from api.deps import RedisDep, SessionDep, SettingsDep
+from api.errors import invalid, responses
 from api.job_reader import JobReader
 from api.schemas import CheckpointList, CheckpointOut, JobList, JobOut, MetricList, MetricOut
-from jobs import artifacts, bundles, job_read, service
+from jobs import bundles, cursors, job_read, service
 from jobs.models import Status
 from jobs.settings import Settings
-from trainer.spec import AnySpec, SpecError, SpecProblem, spec_problems
+from trainer.spec import LABEL_KEY_PATTERN, AnySpec, SpecError, SpecProblem, spec_problems
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
@@ -35,14 +37,12 @@ SPEC_EXAMPLES = {"mlp": {"summary": "A small MLP on synthetic data, DDP on 2 pro
     "parallel": {"strategy": "ddp", "nproc_per_node": 2}, "train": {"epochs": 1, "global_batch_size": 32, "lr": 0.001},
     "labels": {"team": "vision"},
 }}}
-RangeHeader = Annotated[str | None, Header(alias="Range", max_length=200, description="One byte range, e.g. bytes=0-1023.")]
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]")
-_FILE = {200: {"content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
-               "description": "The safetensors file."}}
+_FILE = {**ranges.file_responses("The safetensors file."), **responses(416)}
 
 
 @router.post("", status_code=201, response_model=JobOut, summary="Submit a job",
-             responses={201: {"headers": {"Idempotent-Replayed": {
+             responses={**responses(429), 201: {"headers": {"Idempotent-Replayed": {
                  "description": "'true' when an earlier request with the same Idempotency-Key created this job.",
                  "schema": {"type": "string"}}}}})
 def submit_job(
@@ -61,12 +61,17 @@ def submit_job(
     return JobOut.detail(service.job_detail(session, redis, settings, principal.owner, sub.job.id))
 
 
+# A label filter: a key as labels have them (trainer.spec.LABEL_KEY_PATTERN), '=', any value.
+LABEL_FILTER = r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}="
+LabelFilter = Annotated[str, StringConstraints(pattern=LABEL_FILTER, max_length=1024)]
+
+
 def _labels(label: list[str]) -> dict[str, str]:
     pairs = {}
     for item in label:
         key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise HTTPException(422, f"label: filter {item!r} must be key=value")
+        if not sep or not re.match(LABEL_KEY_PATTERN, key):
+            raise invalid("query", "label", f"filter {item!r} must be key=value")
         pairs[key] = value
     return pairs
 
@@ -77,14 +82,15 @@ def list_jobs(
     session: SessionDep,
     status: Annotated[list[Status] | None, Query(description="Repeat to match any of several.")] = None,
     name: Annotated[str | None, Query(max_length=64)] = None,
-    label: Annotated[list[str], Query(description="key=value; repeat to require several.", max_length=32)] = [],  # noqa: B006
+    label: Annotated[list[LabelFilter], Query(description="key=value; repeat to require several.", max_length=32)] = [],  # noqa: B006
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    cursor: Annotated[str | None, Query(max_length=256)] = None,
+    cursor: Annotated[str | None, Query(pattern=cursors.JOB_CURSOR,
+                                        description="A next_cursor this server returned.")] = None,
 ) -> JobList:
     try:
         page = service.list_jobs(session, principal.owner, status=status, name=name, labels=_labels(label), limit=limit, cursor=cursor)
-    except ValueError as exc:
-        raise HTTPException(422, f"cursor: {exc}") from exc
+    except cursors.MalformedCursor as exc:
+        raise invalid("query", "cursor", str(exc)) from exc
     return JobList(items=[JobOut.summary(j) for j in page.items], next_cursor=page.next_cursor)
 
 
@@ -112,20 +118,20 @@ def _detail_response(detail: service.JobDetail) -> Response:
     return Response(JobOut.detail(detail).model_dump_json().encode(), media_type="application/json")
 
 
-@router.post("/{job_id}/cancel", response_model=JobOut, summary="Cancel a queued or running job")
+@router.post("/{job_id}/cancel", response_model=JobOut, summary="Cancel a queued or running job", responses=responses(409))
 def cancel_job(job_id: JobId, principal: PrincipalDep, session: SessionDep, redis: RedisDep) -> JobOut:
     job = service.request_cancel(session, redis, principal.owner, job_id)
     return JobOut.of(job, secrets=service.secret_names(session, job.id))
 
 
-@router.delete("/{job_id}", status_code=204, response_class=Response,
+@router.delete("/{job_id}", status_code=204, response_class=Response, responses=responses(409),
                summary="Delete a finished job: its rows and its run directory (409 while queued or running)")
 def delete_job(job_id: JobId, principal: PrincipalDep, session: SessionDep, settings: SettingsDep) -> Response:
     service.delete_job(session, settings, principal.owner, job_id)
     return Response(status_code=204)
 
 
-@router.post("/{job_id}/retry", status_code=201, response_model=JobOut,
+@router.post("/{job_id}/retry", status_code=201, response_model=JobOut, responses=responses(409, 429),
              summary="Run a finished job again, from its latest checkpoint, as a new job")
 def retry_job(job_id: JobId, principal: PrincipalDep, session: SessionDep, redis: RedisDep, settings: SettingsDep) -> JobOut:
     old = service.get_job(session, principal.owner, job_id)  # 404 before the cap: another owner's job says nothing
@@ -143,16 +149,18 @@ def get_metrics(
     job_id: JobId,
     principal: PrincipalDep,
     session: SessionDep,
-    name: Annotated[list[str] | None, Query(description="Metric names, e.g. train/loss; repeat for several.", max_length=64)] = None,
-    since_step: Annotated[int | None, Query(ge=0, le=2**62)] = None,
+    name: Annotated[list[Annotated[str, StringConstraints(min_length=1, max_length=128)]] | None, Query(
+        description="Metric names, e.g. train/loss; repeat for several.", max_length=64)] = None,
+    since_step: Annotated[int | None, Query(ge=0, le=cursors.SQL_INT_MAX)] = None,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
-    cursor: Annotated[str | None, Query(max_length=256)] = None,
+    cursor: Annotated[str | None, Query(pattern=cursors.METRIC_CURSOR,
+                                        description="A next_cursor this server returned.")] = None,
 ) -> MetricList:
     service.get_job(session, principal.owner, job_id)
     try:
         page = service.metric_points(session, job_id, names=name, since_step=since_step, limit=limit, cursor=cursor)
-    except ValueError as exc:
-        raise HTTPException(422, f"cursor: {exc}") from exc
+    except cursors.MalformedCursor as exc:
+        raise invalid("query", "cursor", str(exc)) from exc
     return MetricList(items=[MetricOut.of(p) for p in page.items], next_cursor=page.next_cursor)
 
 
@@ -165,25 +173,13 @@ def get_checkpoints(job_id: JobId, principal: PrincipalDep, session: SessionDep,
 def _weights_response(job_id: str, step: int, opened: service.OpenedFile, range_header: str | None) -> StreamingResponse:
     # Served from the descriptor opened under the run directory: the path is never looked up again.
     name = _SAFE_NAME.sub("_", f"{job_id}-step{step}-{opened.name}")
-    headers = {"Content-Disposition": f'attachment; filename="{name}"', "Accept-Ranges": "bytes"}
-    try:
-        wanted = artifacts.byte_range(range_header, opened.size)
-    except artifacts.RangeNotSatisfiable:
-        opened.file.close()
-        raise HTTPException(416, f"Range: outside the file's {opened.size} bytes",
-                            headers={"Content-Range": f"bytes */{opened.size}"}) from None
-    start, end = wanted or (0, opened.size)
-    headers["Content-Length"] = str(end - start)
-    if wanted is not None:
-        headers["Content-Range"] = f"bytes {start}-{end - 1}/{opened.size}"
-    return StreamingResponse(artifacts.iter_file(opened.file, start, end), status_code=206 if wanted else 200,
-                             media_type="application/octet-stream", headers=headers)
+    return ranges.file_response(opened.file, opened.size, name, "application/octet-stream", range_header)
 
 
 @router.get("/{job_id}/weights", response_class=StreamingResponse, responses=_FILE,
             summary="Download the consolidated weights of the latest checkpoint that has them (the final one)")
 def get_final_weights(job_id: JobId, principal: PrincipalDep, session: SessionDep, settings: SettingsDep,
-                      range_header: RangeHeader = None) -> StreamingResponse:
+                      range_header: ranges.RangeHeader = None) -> StreamingResponse:
     ckpt, opened = service.weights_file(session, settings, principal.owner, job_id)
     return _weights_response(job_id, ckpt.step, opened, range_header)
 
@@ -192,7 +188,7 @@ def get_final_weights(job_id: JobId, principal: PrincipalDep, session: SessionDe
             summary="Download the consolidated weights file of one checkpoint")
 def get_checkpoint_weights(
     job_id: JobId, step: Annotated[int, Path(ge=0, le=2**62)], principal: PrincipalDep, session: SessionDep, settings: SettingsDep,
-    range_header: RangeHeader = None,
+    range_header: ranges.RangeHeader = None,
 ) -> StreamingResponse:
     ckpt, opened = service.weights_file(session, settings, principal.owner, job_id, step)
     return _weights_response(job_id, ckpt.step, opened, range_header)

@@ -8,6 +8,7 @@ from fastapi import APIRouter, HTTPException, Path, Request, Response
 
 from api.auth import ADMIN_OWNER, AdminDep, key_cache
 from api.deps import SessionDep, SettingsDep
+from api.errors import responses
 from api.schemas import KeyCreate, KeyCreated, KeyList, KeyOut
 from jobs import keys
 from trainer.spec import SpecError, SpecProblem
@@ -15,7 +16,7 @@ from trainer.spec import SpecError, SpecProblem
 router = APIRouter(prefix="/v1/keys", tags=["keys"])
 
 
-@router.post("", status_code=201, response_model=KeyCreated, summary="Create an API key for an owner (admin)")
+@router.post("", status_code=201, response_model=KeyCreated, responses=responses(403), summary="Create an API key for an owner (admin)")
 def create_key(body: KeyCreate, _: AdminDep, session: SessionDep, settings: SettingsDep) -> KeyCreated:
     if body.owner == ADMIN_OWNER:
         # The admin owner is the TORCHYARD_ADMIN_TOKEN's; a key for it would look like admin but could not manage keys.
@@ -28,12 +29,12 @@ def create_key(body: KeyCreate, _: AdminDep, session: SessionDep, settings: Sett
     return KeyCreated(**KeyOut.of(row).model_dump(), key=plain)
 
 
-@router.get("", response_model=KeyList, summary="List API keys without their secrets (admin)")
+@router.get("", response_model=KeyList, responses=responses(403), summary="List API keys without their secrets (admin)")
 def list_keys(_: AdminDep, session: SessionDep) -> KeyList:
     return KeyList(items=[KeyOut.of(k) for k in keys.list_keys(session)])
 
 
-@router.delete("/{key_id}", status_code=204, response_class=Response,
+@router.delete("/{key_id}", status_code=204, response_class=Response, responses=responses(403),
                summary="Revoke an API key (admin); other API processes within TORCHYARD_KEY_CACHE_S")
 def revoke_key(key_id: Annotated[str, Path(min_length=1, max_length=32)], _: AdminDep, session: SessionDep,
                request: Request) -> Response:

@@ -5,7 +5,8 @@ so an open stream holds no database connection between polls. At every poll the 
 is checked again (a revoked key's stream ends), each owner holds at most
 ``max_streams_per_owner`` open streams per API process (429 beyond), and an event stream ends
 after ``stream_max_lifetime_s`` with a ``reconnect`` message that clients resume from with
-Last-Event-ID. A followed log ends with its attempt.
+Last-Event-ID. A followed log ends with its attempt, or at the same maximum lifetime with a reconnect marker and
+the position to resume from (jobs.job_logs.RECONNECT_MARKER), which clients send back as ``position``.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import time
 from collections.abc import AsyncIterator, Iterable, Iterator
 from typing import Annotated, BinaryIO, Literal
 
-from fastapi import APIRouter, Header, HTTPException, Path, Query, Request
+from fastapi import APIRouter, Header, Path, Query, Request
 from fastapi.responses import StreamingResponse
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
@@ -26,9 +27,10 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.concurrency import run_in_threadpool
 
 from api.auth import PrincipalDep, still_authorized
+from api.errors import invalid, responses
 from api.schemas import sse_event_schema
 from api.stream_slots import StreamSlots
-from jobs import artifacts, feed, service
+from jobs import artifacts, cursors, feed, service
 from jobs import job_logs as job_logs_files
 from jobs.settings import Settings
 
@@ -58,15 +60,18 @@ def _slots(request: Request) -> StreamSlots:
     return request.app.state.stream_slots
 
 
-@router.get("/{job_id}/events", response_class=EventSourceResponse, responses=_SSE_DOC,
+@router.get("/{job_id}/events", response_class=EventSourceResponse, responses={**_SSE_DOC, **responses(429)},
             summary="Live status changes, metrics and checkpoints (Server-Sent Events), resumable with Last-Event-ID")
 async def job_events(
     job_id: JobId,
     principal: PrincipalDep,
     request: Request,
-    last_event_id_header: Annotated[str | None, Header(alias="Last-Event-ID", max_length=64)] = None,
+    last_event_id_header: Annotated[str | None, Header(
+        alias="Last-Event-ID", pattern=cursors.EVENT_ID,
+        description="The id of the last message received: the stream resumes after it.")] = None,
     last_event_id: Annotated[str | None, Query(
-        max_length=64, description="Same as the Last-Event-ID header, for clients that cannot set headers.")] = None,
+        pattern=cursors.EVENT_ID,
+        description="Same as the Last-Event-ID header, for clients that cannot set headers.")] = None,
 ) -> EventSourceResponse:
     engine: Engine = request.app.state.engine
     settings: Settings = request.app.state.settings
@@ -74,8 +79,9 @@ async def job_events(
     raw = last_event_id_header or last_event_id
     try:
         cursor = feed.Cursor.parse(raw) if raw else None
-    except ValueError as exc:
-        raise HTTPException(422, f"Last-Event-ID: {exc}") from exc
+    except cursors.MalformedCursor as exc:
+        where = ("header", "Last-Event-ID") if last_event_id_header else ("query", "last_event_id")
+        raise invalid(*where, str(exc)) from exc
     slot = _slots(request).acquire(principal.owner)
 
     async def stream() -> AsyncIterator[ServerSentEvent]:
@@ -116,11 +122,11 @@ def _sse(message: feed.Message) -> ServerSentEvent:
 
 
 def _open_logs(settings: Settings, job_id: str, relatives: list[str]) -> list[tuple[str, BinaryIO]]:
-    """The files of ``relatives`` that open (``artifacts.open_file``: no symlink followed), in order."""
+    """The files of ``relatives`` that open (``artifacts.open_file``: no symlink followed, no file of several links), in order."""
     opened = []
     for relative in relatives:
         try:
-            opened.append((relative, artifacts.open_file(settings, job_id, relative)))
+            opened.append((relative, artifacts.open_file(settings, job_id, relative, single_link=True)))
         except FileNotFoundError:
             continue
     return opened
@@ -140,7 +146,7 @@ def _iter_files(ranges: list[tuple[BinaryIO, int, int]]) -> Iterator[bytes]:
         _close_all(f for f, _, _ in ranges)
 
 
-@router.get("/{job_id}/logs", response_class=StreamingResponse, responses=_TEXT_DOC,
+@router.get("/{job_id}/logs", response_class=StreamingResponse, responses={**_TEXT_DOC, **responses(429)},
             summary="An attempt's log: every rank merged (default), one rank as printed, one stream, or the launcher's")
 async def job_logs(
     job_id: JobId,
@@ -152,15 +158,27 @@ async def job_logs(
     stream: Annotated[Literal["stderr", "stdout"] | None, Query(
         description="With a rank: only what its Python wrote to that stream.")] = None,
     tail: Annotated[int | None, Query(ge=1, le=100_000, description="Only the last N lines (of each node's log, merged).")] = None,
-    follow: Annotated[bool, Query(description="Keep sending appended lines until the attempt ends.")] = False,
+    follow: Annotated[bool, Query(description=(
+        "Keep sending appended lines until the attempt ends. A stream that reaches its maximum lifetime "
+        "(TORCHYARD_STREAM_MAX_LIFETIME_S) ends with the byte 0x1e, `torchyard-reconnect `, a position and a newline: "
+        "reconnect with that position (and the attempt of X-Log-Attempt) to go on where it stopped."))] = False,
+    position: Annotated[str | None, Query(
+        pattern=job_logs_files.POSITION_PATTERN,
+        description="Where to start: the position a followed log ended with (tail is then ignored).")] = None,
     attempt: Annotated[int | None, Query(ge=1, le=10_000, description="Whole-job attempt; default the current one.")] = None,
 ) -> StreamingResponse:
     engine: Engine = request.app.state.engine
     settings: Settings = request.app.state.settings
     if stream is not None and (rank is None or rank == job_logs_files.LAUNCHER):
-        raise HTTPException(422, "stream: needs a rank number; the merged and launcher logs are one stream")
+        raise invalid("query", "stream", "needs a rank number; the merged and launcher logs are one stream")
     job, attempt = await run_in_threadpool(_in_session, engine, service.job_log, settings, principal.owner, job_id, attempt)
     what = job_logs_files.describe(rank, stream)
+    resume = job_logs_files.decode_position(position) if position is not None else None  # the pattern has checked it
+
+    async def start_of(f: BinaryIO, relative: str, end: int) -> int:
+        if resume is not None:
+            return resume.get(job_logs_files.file_key(relative), 0)
+        return await run_in_threadpool(artifacts.tail_offset, f, tail, end) if tail else 0
 
     def locate() -> list[str]:
         return job_logs_files.files(settings, job.id, attempt, rank, stream)
@@ -172,9 +190,9 @@ async def job_logs(
     headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no", "X-Log-Attempt": str(attempt)}
     if not follow:
         ranges = []
-        for _, f in opened:
+        for relative, f in opened:
             size = os.fstat(f.fileno()).st_size
-            ranges.append((f, await run_in_threadpool(artifacts.tail_offset, f, tail, size) if tail else 0, size))
+            ranges.append((f, await start_of(f, relative, size), size))
         # A plain iterator: Starlette reads it in a thread, so file reads never block the event loop.
         return StreamingResponse(_iter_files(ranges), media_type="text/plain; charset=utf-8", headers=headers)
     try:
@@ -184,6 +202,7 @@ async def job_logs(
         raise
 
     async def followed() -> AsyncIterator[bytes]:
+        ends_at = time.monotonic() + settings.stream_max_lifetime_s
         handles: dict[str, BinaryIO] = dict(opened)
         offsets: dict[str, int] = {}
         try:
@@ -205,7 +224,7 @@ async def job_logs(
                         continue
                     if relative not in offsets:
                         end = os.fstat(f.fileno()).st_size
-                        offsets[relative] = await run_in_threadpool(artifacts.tail_offset, f, tail, end) if tail else 0
+                        offsets[relative] = await start_of(f, relative, end)
                     while True:  # bounded reads, so a large backlog is streamed rather than held in memory
                         chunk = await run_in_threadpool(artifacts.read_at, f, offsets[relative], _READ_MAX)
                         if whole_lines and len(chunk) < _READ_MAX:
@@ -216,6 +235,10 @@ async def job_logs(
                         if len(chunk) < _READ_MAX:
                             break
                 if done:
+                    return
+                if time.monotonic() >= ends_at:
+                    where = job_logs_files.encode_position({r: offsets[r] for r in current if r in offsets})
+                    yield f"{job_logs_files.RECONNECT_MARKER}{where}\n".encode()
                     return
                 await asyncio.sleep(settings.sse_poll_interval_s)
         finally:

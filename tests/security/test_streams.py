@@ -148,6 +148,21 @@ def test_a_followed_log_swapped_for_a_symlink_serves_none_of_its_target(live: Li
             assert resp.status_code == 404 and b"TORCHYARD_" not in resp.content
 
 
+def test_a_followed_log_ends_at_its_lifetime_and_resumes_without_a_gap(live: Live, short_api: str, sleeper: dict[str, Any]) -> None:
+    headers = {"Authorization": f"Bearer {sleeper['key']}"}
+    params = {"rank": "0", "follow": "true"}  # output.log: the test above swapped stdout.log for a symlink
+    received = b""
+    with httpx.Client(base_url=short_api, headers=headers, timeout=READ_TIMEOUT) as carol:
+        for _ in range(2):
+            resp = carol.get(f"/v1/jobs/{sleeper['id']}/logs", params=params)
+            text, marker, rest = resp.content.partition(b"\x1etorchyard-reconnect ")
+            assert resp.status_code == 200 and marker and rest.endswith(b"\n"), resp.content[-300:]
+            received += text
+            params = {**params, "position": rest.decode().strip(), "attempt": resp.headers["x-log-attempt"]}
+    # The two streams together are the file's first bytes: nothing lost or repeated across the reconnect.
+    assert received and sleeper["log"].with_name("output.log").read_bytes().startswith(received)
+
+
 def test_event_streams_end_at_their_lifetime_and_clients_resume(live: Live, short_api: str, sleeper: dict[str, Any]) -> None:
     headers = {"Authorization": f"Bearer {sleeper['key']}"}
     with httpx.Client(base_url=short_api, headers=headers, timeout=READ_TIMEOUT) as carol:
