@@ -8,9 +8,10 @@ import sqlalchemy as sa
 from sqlmodel import Session
 from torch.utils.tensorboard import SummaryWriter
 
+from jobs import feed
 from jobs.db import get_engine
 from jobs.ingest import ingest_events
-from jobs.ingest_found import FOUND_BASE
+from jobs.ingest_found import FOUND_BASE, FoundPoint, ingest_found
 from jobs.models import Job, MetricPoint
 from jobs.settings import Settings
 from worker.found import Found
@@ -80,3 +81,24 @@ def test_found_metrics_are_stored_with_their_own_seqs_and_leave_the_sdk_alone(se
         assert again.ingest(session, job.id, [], db, batch=500, final=True) == 3
         assert session.exec(sa.select(sa.func.count()).select_from(MetricPoint).where(MetricPoint.job_id == job.id)).scalar_one() == 4
         assert again.seq == FOUND_BASE + 6
+
+
+def test_the_event_feed_sends_sdk_and_found_rows_and_resumes_from_either(settings: Settings, tmp_path: Path) -> None:
+    engine = get_engine(settings.database_url)
+    with Session(engine, expire_on_commit=False) as session:
+        job = Job(owner="admin", name="t", spec={}, run_dir=str(tmp_path))
+        session.add(job)
+        session.commit()
+        sdk = [{"seq": s, "time": float(s), "type": "metric", "step": s, "values": {"loss": 1.0 / s}} for s in (1, 2)]
+        ingest_events(session, job.id, sdk)
+        ingest_found(session, job.id, FOUND_BASE, [FoundPoint("acc", 7, 0.5, 3.0)])
+        batch = feed.poll(session, job.id, feed.Cursor())
+        metrics = [(m.data["step"], m.id) for m in batch.messages if m.event == "metric"]
+        assert [step for step, _ in metrics] == [1, 2, 7]
+        resumed = feed.Cursor.parse(metrics[-1][1])
+        assert (resumed.seq, resumed.found) == (2, FOUND_BASE + 1)
+        # The SDK goes on counting from 3, below the found seqs: a client at that cursor still gets it.
+        ingest_events(session, job.id, [{"seq": 3, "time": 4.0, "type": "metric", "step": 3, "values": {"loss": 0.3}}])
+        later = feed.poll(session, job.id, resumed)
+        assert [m.data["step"] for m in later.messages if m.event == "metric"] == [3]
+        assert feed.Cursor.parse("5-9") == feed.Cursor(5, 9, 0)  # ids sent before found rows existed still parse
