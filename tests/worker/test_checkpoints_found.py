@@ -115,3 +115,18 @@ def test_every_template_is_either_refused_or_renders(arg: str) -> None:
 def test_the_step_in_a_lightning_name_is_read(prefix: str, step: int, suffix: str) -> None:
     assert step_from_name(f"{prefix}step={step}{suffix}.ckpt", "lightning") == step
     assert step_from_name(f"{prefix}{suffix}.ckpt", "lightning") is None  # no step in the name: read from the file
+
+
+def test_download_path_picks_the_one_checkpoint_ending_with_it() -> None:
+    import typer
+
+    from cli.main import _checkpoint_step
+    from client.models import Checkpoint
+
+    listed = [Checkpoint(step=40, path="/runs/j/lightning_logs/version_0/checkpoints/epoch=1-step=40.ckpt"),
+              Checkpoint(step=41, path="/runs/j/lightning_logs/version_0/checkpoints/last.ckpt"),
+              Checkpoint(step=30, path="/runs/j/out/checkpoint-30")]
+    assert _checkpoint_step(listed, "j", "last.ckpt") == 41
+    assert _checkpoint_step(listed, "j", "out/checkpoint-30/") == 30
+    with pytest.raises(typer.BadParameter, match="0 checkpoints of job j end with 'ast.ckpt'"):
+        _checkpoint_step(listed, "j", "ast.ckpt")
