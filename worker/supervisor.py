@@ -41,6 +41,7 @@ from jobs.models import Attempt, ErrorType, Job, Status, utcnow
 from jobs.reconciler import worker_losses
 from jobs.settings import Settings, get_settings
 from jobs.states import TransitionRefused, transition
+from trainer import pg_watch
 from trainer.pdeathsig import set_not_dumpable
 from trainer.spec import AnySpec, SpecError, spec_from_dict
 from worker import devices, job_code, mlflow_runs, oom, outcome
@@ -338,6 +339,7 @@ class Supervisor:
             if exc.errno != errno.ENOSPC:
                 raise
             return self._disk_full(job, exc, run_dir)
+        spec = devices.cpu_env(spec, devices.gpu_count(self.settings))
         # A resuming attempt of a script gets its resume_args with the latest checkpoint found (worker/found.py).
         spec, self.resumed_step = resume_arguments(spec, self.found, job.attempt > 1 or bool(job.resume_from), job.resume_from)
         node: NodeLaunch | None = None
@@ -387,7 +389,9 @@ class Supervisor:
         if self._status() == Status.CANCELLING:
             return self._finish(job, Status.CANCELLED, reason="cancelled by user", outcome="cancelled")
         if code == 0 and ended.reason is None:
-            return self._finish(job, Status.SUCCEEDED, reason="torchrun exited 0", outcome="succeeded", exit_code=0)
+            alone = pg_watch.warning(run_dir / "logs" / f"attempt-{job.attempt}")
+            return self._finish(job, Status.SUCCEEDED, reason="torchrun exited 0" + (f"; {alone}" if alone else ""),
+                                outcome="succeeded", exit_code=0)
         if ended.reason is not None or ended.phase is Phase.GONE:
             return self._engine_ended(job, ended)
         if outcome.was_preempted(code, self.last_phase):

@@ -28,6 +28,7 @@ SCRIPT = textwrap.dedent('''
     rank = dist.get_rank()
     start = torch.load(args.ckpt_path)["global_step"] if args.ckpt_path else 0
     print(f"rank {rank} starts after step {start} (ckpt_path={args.ckpt_path})", flush=True)
+    print(f"accelerate on cpu: {os.environ.get('ACCELERATE_USE_CPU')}", flush=True)
     ckpts = "lightning_logs/version_0/checkpoints"
     if rank == 0:
         os.makedirs(ckpts, exist_ok=True)
@@ -77,6 +78,8 @@ def test_unchanged_script_metrics_checkpoints_and_resume_after_a_worker_kill(ser
         logs = {a: "\n".join(f.read_text(errors="replace") for f in (run_dir / "logs" / f"attempt-{a}").rglob("*.log"))
                 for a in (1, 2)}
         assert "starts after step 0 (ckpt_path=None)" in logs[1]
+        assert "accelerate on cpu: 1" in logs[1]  # a CPU-only placement: what Accelerate and the HF Trainer need
+        assert job["transitions"][-1]["reason"] == "torchrun exited 0"  # both ranks formed the group: no warning
         resumed = [line for line in logs[2].splitlines() if "starts after step" in line]
         assert resumed and all("starts after step 0 " not in line for line in resumed), resumed  # not from zero
         assert "lightning_logs/version_0/checkpoints/epoch=0-step=" in logs[2]
