@@ -42,7 +42,7 @@ import runpy
 import signal
 import sys
 
-from trainer import pg_watch
+from trainer import leaks, pg_watch
 from trainer.pdeathsig import set_parent_death_signal
 from trainer.rank_output import interleave
 
@@ -88,6 +88,7 @@ def module_file(name: str) -> str | None:
 def main(argv: list[str] | None = None) -> None:
     interleave()  # first: everything below, and everything the entrypoint prints, lands in output.log in order
     pg_watch.install()  # a rank of a multi-rank job that never joins the process group is named in the job's status
+    leaks.hide()  # the worker's own rich would make Lightning draw a bar that shows nothing in a log (trainer/leaks.py)
     argv = sys.argv[1:] if argv is None else argv
     kind = argv[1] if len(argv) > 1 else None
     if kind not in ("file", "module", "installed") or len(argv) < (4 if kind == "module" else 3):
