@@ -5,12 +5,13 @@ script's ranks unless the job's ``requirements`` name them.
 bar whenever the ``rich`` distribution is installed (``RequirementCache("rich>=10.2.2")``, a lookup of
 the package's metadata), and Rich draws nothing to a pipe until the run ends, so ``torchyard logs``
 would show no progress while the job runs. Hidden, the same script picks its tqdm bar, whose redraws
-become lines of the log (trainer/rank_output.py). Hiding means: ``import rich`` fails as for a package
-that is not installed, and its metadata says version 0, which no version requirement accepts.
+become lines of the log (trainer/rank_output.py). Hiding means: to imports, ``importlib.util.find_spec``
+and package metadata alike, the package is not installed.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import re
@@ -43,41 +44,41 @@ def asked_for(run_dir: str | None) -> set[str]:
     return names
 
 
-class _Absent(metadata.Distribution):
-    def __init__(self, name: str):
-        self._name = name
+class _Filtered:
+    """Stands in for a finder on sys.meta_path (PathFinder): the hidden names are neither importable
+    (``find_spec`` is None, as for a package that is not installed, so ``importlib.util.find_spec`` checks
+    say so too) nor have metadata; everything else is the finder's own answer."""
 
-    def read_text(self, filename: str) -> str | None:
-        if filename in ("METADATA", "PKG-INFO"):
-            return f"Metadata-Version: 2.1\nName: {self._name}\nVersion: 0\n"
-        return None
+    def __init__(self, inner: Any, names: set[str]):
+        self.inner, self.names = inner, names
 
-    def locate_file(self, path: Any) -> Path:
-        return Path(os.devnull)
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if _canonical(name.partition(".")[0]) in self.names:
+            return None
+        return self.inner.find_spec(name, path, target)
 
-
-class _Hider:
-    """First on sys.meta_path: answers metadata lookups of the hidden names before the real finders do."""
-
-    def __init__(self, names: set[str]):
-        self.names = names
-
-    def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
-        return None
-
-    def find_distributions(self, context: Any = metadata.DistributionFinder.Context()) -> Iterator[metadata.Distribution]:
+    def find_distributions(self, context: Any = None) -> Iterator[metadata.Distribution]:
+        context = context if context is not None else metadata.DistributionFinder.Context()
         name = getattr(context, "name", None)
-        if name and _canonical(name) in self.names:
-            yield _Absent(name)
+        if name is not None:
+            return iter(()) if _canonical(name) in self.names else iter(self.inner.find_distributions(context))
+        return (d for d in self.inner.find_distributions(context) if _canonical(d.metadata["Name"] or "") not in self.names)
+
+    def invalidate_caches(self) -> None:
+        self.inner.invalidate_caches()
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self.inner, attr)
 
 
 def hide(names: tuple[str, ...] = HIDDEN, run_dir: str | None = None) -> set[str]:
     """Hide ``names`` in this process unless the job asked for them; returns what was hidden."""
     hidden = {_canonical(n) for n in names} - asked_for(run_dir if run_dir is not None else os.environ.get("TORCHYARD_RUN_DIR"))
-    hidden = {n for n in hidden if n not in sys.modules or sys.modules[n] is None}  # already in use here: left alone
+    hidden = {n for n in hidden if n not in sys.modules}  # already in use here: left alone
     if not hidden:
         return hidden
-    for name in hidden:
-        sys.modules[name] = None  # type: ignore[assignment]  # import fails with ModuleNotFoundError
-    sys.meta_path.insert(0, _Hider(hidden))  # type: ignore[arg-type]
+    for i, finder in enumerate(sys.meta_path):
+        if hasattr(finder, "find_distributions") and hasattr(finder, "find_spec"):
+            sys.meta_path[i] = _Filtered(finder, hidden)  # type: ignore[call-overload]
+    importlib.invalidate_caches()
     return hidden

@@ -12,6 +12,9 @@ entrypoint, so that before any of the user's code runs, in this order:
 
 * the rank's output is interleaved (trainer.rank_output): stdout and stderr in one file as printed,
   a copy per stream, and the node's merged log; first, so even a failure below is in it;
+* a rank of a multi-rank job is watched for joining a process group of the job's world size
+  (trainer.pg_watch), and the worker's own ``rich`` is hidden unless the job's requirements name it
+  (trainer.leaks): Lightning would otherwise draw a bar that shows nothing in a log;
 * the rank gets the parent-death signal, like catalog ranks: it dies with torchrun instead of
   holding a GPU after its launcher is gone;
 * the run directory (the working directory) is not on ``sys.path``: the worker starts the ranks

@@ -21,6 +21,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from jobs.bundles import CODE_DIR_NAME
+
 log = logging.getLogger(__name__)
 
 SETTLE_S = 1.0
@@ -124,7 +126,8 @@ def _walk(root: Path) -> list[tuple[Path, str]]:
         for entry in entries:
             try:
                 if entry.is_dir(follow_symlinks=False):
-                    if entry.name not in SKIP_DIRS:
+                    # The unpacked upload is read-only to the job: a pretrained .ckpt shipped in it is not its checkpoint.
+                    if entry.name not in SKIP_DIRS and not (here == root and entry.name == CODE_DIR_NAME):
                         pending.append(Path(entry.path))
                 elif entry.name.endswith(".ckpt") and entry.is_file(follow_symlinks=False):
                     found.append((Path(entry.path), "lightning"))

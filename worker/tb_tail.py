@@ -17,12 +17,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from jobs.bundles import CODE_DIR_NAME
+
 log = logging.getLogger(__name__)
 
 EVENT_FILE_MARK = "tfevents"
 # Never walked: the SDK's own mirror, logs, environments and caches a job may keep in its tree.
 SKIP_DIRS = frozenset({"logs", ".git", ".venv", "venv", "site-packages", "__pycache__", "node_modules", ".cache"})
 OWN_MIRROR = Path("artifacts") / "tensorboard"
+# Not the job's output: the SDK's own mirror, and the unpacked upload (read-only to the job).
+SKIP_PATHS = frozenset({OWN_MIRROR, Path(CODE_DIR_NAME)})
 MAX_FILES = 256  # event files followed per job; a job writing more gets the first ones found
 MAX_WALK = 20_000  # directory entries looked at per scan
 RESCAN_S = 2.0  # how often the tree is walked for new files; known files are read every tick
@@ -54,7 +58,7 @@ def find_event_files(root: Path, limit: int = MAX_FILES) -> list[Path]:
             try:
                 if entry.is_dir(follow_symlinks=False):
                     rel = Path(entry.path).relative_to(root)
-                    if entry.name not in SKIP_DIRS and rel != OWN_MIRROR:
+                    if entry.name not in SKIP_DIRS and rel not in SKIP_PATHS:
                         pending.append(Path(entry.path))
                 elif EVENT_FILE_MARK in entry.name and entry.is_file(follow_symlinks=False):
                     found.append(Path(entry.path))

@@ -21,8 +21,14 @@ PROBE = textwrap.dedent('''
         imported = True
     except ModuleNotFoundError:
         imported = False
-    print(json.dumps({"hidden": hidden, "imported": imported, "version": metadata.version("rich"),
-                      "typer": metadata.version("typer") != "0"}))
+    try:
+        version = metadata.version("rich")
+    except metadata.PackageNotFoundError:
+        version = None
+    import importlib.util
+    listed = any(d.metadata["Name"] == "rich" for d in metadata.distributions())
+    print(json.dumps({"hidden": hidden, "imported": imported, "version": version, "spec": importlib.util.find_spec("rich") is not None,
+                      "typer": bool(metadata.version("typer")), "listed": listed}))
 ''')
 
 
@@ -35,7 +41,7 @@ def _probe(run_dir: Path) -> dict:
 
 def test_rich_is_hidden_unless_the_requirements_name_it(tmp_path: Path) -> None:
     (tmp_path / "spec.json").write_text(json.dumps({"requirements": ["tqdm==4.67.1"]}))
-    assert _probe(tmp_path) == {"hidden": ["rich"], "imported": False, "version": "0", "typer": True}
+    assert _probe(tmp_path) == {"hidden": ["rich"], "imported": False, "version": None, "spec": False, "typer": True, "listed": False}
     (tmp_path / "spec.json").write_text(json.dumps({"requirements": ["Rich>=13"]}))
     shown = _probe(tmp_path)
-    assert shown["hidden"] == [] and shown["imported"] and shown["version"] != "0"
+    assert shown["hidden"] == [] and shown["imported"] and shown["version"] and shown["spec"] and shown["listed"]

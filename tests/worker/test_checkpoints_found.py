@@ -130,3 +130,12 @@ def test_download_path_picks_the_one_checkpoint_ending_with_it() -> None:
     assert _checkpoint_step(listed, "j", "out/checkpoint-30/") == 30
     with pytest.raises(typer.BadParameter, match="0 checkpoints of job j end with 'ast.ckpt'"):
         _checkpoint_step(listed, "j", "ast.ckpt")
+
+
+def test_a_checkpoint_shipped_in_the_upload_is_not_found(tmp_path: Path) -> None:
+    (tmp_path / "code").mkdir()
+    torch.save({"global_step": 7}, tmp_path / "code" / "pretrained.ckpt")
+    torch.save({"global_step": 9}, tmp_path / "mine.ckpt")
+    for p in tmp_path.rglob("*"):
+        _age(p, 5)
+    assert [c.path.name for c in discover(tmp_path, [], time.time())] == ["mine.ckpt"]

@@ -102,3 +102,9 @@ def test_the_event_feed_sends_sdk_and_found_rows_and_resumes_from_either(setting
         later = feed.poll(session, job.id, resumed)
         assert [m.data["step"] for m in later.messages if m.event == "metric"] == [3]
         assert feed.Cursor.parse("5-9") == feed.Cursor(5, 9, 0)  # ids sent before found rows existed still parse
+
+
+def test_the_unpacked_upload_is_not_the_jobs_output(tmp_path: Path) -> None:
+    _write(tmp_path / "code" / "runs", "shipped", range(2))  # event files that came with the bundle
+    _write(tmp_path / "runs", "loss", range(2))
+    assert {p.name for p in TensorBoardTail(tmp_path, rescan_s=0).read()} == {"loss"}
