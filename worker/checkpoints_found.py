@@ -14,6 +14,7 @@ pretrained file is not the job's checkpoint).
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
@@ -141,7 +142,7 @@ def _globbed(root: Path, patterns: list[str]) -> list[tuple[Path, str]]:
     found = []
     for pattern in patterns:
         try:
-            for path in sorted(root.glob(pattern))[:MAX_FOUND]:
+            for path in sorted(itertools.islice(root.glob(pattern), MAX_FOUND)):
                 if path.resolve().is_relative_to(real_root) and not path.is_symlink():
                     found.append((path, "glob"))
         except (OSError, ValueError) as exc:
