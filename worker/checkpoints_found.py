@@ -8,8 +8,9 @@
   (``checkpoint_N/`` under automatic naming); the step the directory name's number.
 - The spec's ``checkpoint.discover`` globs (``out/*.pt``): files or directories; the step the last number in the name.
 
-Only complete ones count: nothing in them modified for SETTLE_S, and older than the job (an uploaded
-pretrained file is not the job's checkpoint).
+Only complete ones count: nothing in them modified for SETTLE_S, newer than the job (an uploaded
+pretrained file is not the job's checkpoint), and a file ``torch.save`` wrote has its zip end record (a
+rank killed mid-save leaves a file that stops changing but is not whole).
 """
 
 from __future__ import annotations
@@ -68,6 +69,20 @@ def _newest(path: Path) -> float | None:
         return newest
     except OSError:
         return None
+
+
+def whole_zip(path: Path) -> bool:
+    """False for a zip file (what ``torch.save`` writes) without its end record: cut off mid-write by a kill,
+    however long ago. A file in another format passes (nothing cheap to check)."""
+    try:
+        with path.open("rb") as f:
+            if f.read(4) != b"PK\x03\x04":
+                return True
+            size = f.seek(0, os.SEEK_END)
+            f.seek(max(0, size - 65_557))  # the end record is in the last 22 bytes plus at most a 64 KiB comment
+            return b"PK\x05\x06" in f.read()
+    except OSError:
+        return False
 
 
 def _hf_step(path: Path) -> int | None:
@@ -164,6 +179,8 @@ def discover(root: Path, patterns: list[str], now: float, since: float = 0.0, se
             if step is None:
                 continue  # trainer_state.json is written last; unreadable, it is not there yet
         else:
+            if path.is_file() and not whole_zip(path):
+                continue
             step = step_from_name(path.name, kind)
             if step is None and kind == "lightning":
                 step = lightning_step(path)

@@ -139,3 +139,13 @@ def test_a_checkpoint_shipped_in_the_upload_is_not_found(tmp_path: Path) -> None
     for p in tmp_path.rglob("*"):
         _age(p, 5)
     assert [c.path.name for c in discover(tmp_path, [], time.time())] == ["mine.ckpt"]
+
+
+def test_a_checkpoint_cut_off_mid_write_is_never_complete(tmp_path: Path) -> None:
+    whole = tmp_path / "epoch=0-step=4.ckpt"
+    torch.save({"global_step": 4, "w": torch.zeros(1000)}, whole)
+    cut = tmp_path / "epoch=0-step=8.ckpt"
+    cut.write_bytes(whole.read_bytes()[:-200])  # the rank was SIGKILLed while torch.save wrote it
+    for p in (whole, cut):
+        _age(p, 60)
+    assert [c.step for c in discover(tmp_path, [], time.time())] == [4]
