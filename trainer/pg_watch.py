@@ -1,12 +1,16 @@
 """Notices a rank of a multi-rank job that never joins a process group of the job's world size.
 
-Accelerate and the Hugging Face Trainer on a CPU host without ``ACCELERATE_USE_CPU``, or a script that
-forgets ``init_process_group``, run every rank as a whole training of its own: each sees all the data,
-they overwrite each other's files, and the job still exits 0. The rule: under torchrun with WORLD_SIZE > 1,
+A script that forgets ``init_process_group`` (or makes a group of one) runs every rank as a whole training
+of its own: each sees all the data, they overwrite each other's files, and the job still exits 0. The rule:
+under torchrun with WORLD_SIZE > 1,
 a rank that ends without ``torch.distributed.init_process_group`` having returned a group of WORLD_SIZE
 ranks leaves a note in its attempt's log directory; the worker names the job's ranks that did in its
 final status (worker/supervisor.py). Torch-free until the script itself imports ``torch.distributed``:
 ``install`` adds an import hook that wraps ``init_process_group`` once that module has loaded.
+
+Not seen by this rule: Accelerate (1.15) on CPUs without ``ACCELERATE_USE_CPU`` forms the group of the
+world size and then trains each rank alone (``DistributedType.NO``); the worker sets that variable on
+CPU-only placements (worker/devices.py) so it does not happen there.
 """
 
 from __future__ import annotations
@@ -109,5 +113,5 @@ def warning(log_dir: Path) -> str | None:
         return None
     first = notes[0].read_text(encoding="utf-8", errors="replace").strip()[:200]
     return (f"warning: {len(notes)} rank(s) never formed a process group of the job's world size ({first}): each probably "
-            "trained alone on all the data. Usual causes: a script without init_process_group, or Accelerate / the Hugging "
-            "Face Trainer on CPUs without ACCELERATE_USE_CPU=1 (torchyard sets it on CPU-only placements)")
+            "trained alone on all the data. Usual causes: a script without init_process_group (torchrun only starts the "
+            "processes), or a framework told to run one process (Accelerate's num_processes, a Trainer's devices=1)")

@@ -57,3 +57,20 @@ def test_lightning_callback_reports_metrics_and_each_saved_checkpoint(tmp_path: 
     assert steps and max(steps) == 16
     saved = [(e["step"], Path(e["path"]).name) for e in events if e["type"] == "checkpoint"]
     assert saved == [(8, "last.ckpt"), (16, "last.ckpt")]  # last.ckpt rewritten each epoch, reported each time
+
+
+def test_accelerate_tracker_reports_what_accelerator_logs(tmp_path: Path) -> None:
+    pytest.importorskip("accelerate")
+    script = textwrap.dedent('''
+        from accelerate import Accelerator
+        from torchyard.integrations import AccelerateTracker
+        accelerator = Accelerator(log_with=[AccelerateTracker()], cpu=True)
+        accelerator.init_trackers("probe")
+        accelerator.log({"train/loss": 0.25, "note": "text"}, step=7)
+        accelerator.end_training()
+    ''')
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path[1:]]), "TORCHYARD_RUN_DIR": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", script], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    events = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
+    assert [(e["step"], e["values"]) for e in events if e["type"] == "metric"] == [(7, {"train/loss": 0.25})]
