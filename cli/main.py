@@ -445,11 +445,16 @@ def download(
                                                         show_default=False)] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print where it went as JSON.")] = False,
 ) -> None:
-    """Download a job's consolidated weights (a safetensors file), or a checkpoint file its script wrote."""
+    """Download a job's consolidated weights (a safetensors file), or a checkpoint its script wrote (a directory as a tar)."""
     client = _settings(ctx).client()
+    listed = client.checkpoints(job_id) if checkpoint_path is not None or step is not None else []
     if checkpoint_path is not None:
-        step = _checkpoint_step(client.checkpoints(job_id), job_id, checkpoint_path)
-    path = client.download_weights(job_id, output, step=step)
+        step = _checkpoint_step(listed, job_id, checkpoint_path)
+    chosen = next((c for c in listed if c.step == step), None)
+    if chosen is not None and chosen.weights_url is None and chosen.details.get("found") in ("huggingface", "accelerate", "glob"):
+        path = client.download_checkpoint_archive(job_id, chosen.step, output)  # a directory: one tar file
+    else:
+        path = client.download_weights(job_id, output, step=step)
     if as_json:
         _echo_json({"job_id": job_id, "step": step, "path": str(path), "size_bytes": path.stat().st_size})
         return

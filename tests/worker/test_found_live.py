@@ -5,6 +5,7 @@ SIGKILLed the next attempt resumes through ``resume_args`` from the checkpoint i
 
 from __future__ import annotations
 
+import tarfile
 import textwrap
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import httpx
 import pytest
 
 from tests.helpers import Services, wait_until
+from torchyard import Client
 
 pytestmark = pytest.mark.slow
 
@@ -42,6 +44,12 @@ SCRIPT = textwrap.dedent('''
             if step % 5 == 0:
                 torch.save({"global_step": step, "state_dict": {}}, f"{ckpts}/epoch=0-step={step}.ckpt")
         time.sleep(0.25)
+    if rank == 0:  # a Hugging Face Trainer's layout at the end: trainer_state.json written last
+        hf = f"out/checkpoint-{args.steps + 1}"
+        os.makedirs(hf, exist_ok=True)
+        torch.save({"w": torch.zeros(4)}, f"{hf}/pytorch_model.bin")
+        with open(f"{hf}/trainer_state.json", "w") as f:
+            f.write('{"global_step": %d}' % (args.steps + 1))
     dist.barrier()
     dist.destroy_process_group()
 ''')
@@ -93,7 +101,12 @@ def test_unchanged_script_metrics_checkpoints_and_resume_after_a_worker_kill(ser
         assert job["last_step"] == 40 and "train_loss" in job["latest_metrics"]
 
         ckpts = _checkpoints(client, job_id)
-        assert [c["step"] for c in ckpts] == list(range(5, 41, 5))
+        assert [c["step"] for c in ckpts] == [*range(5, 41, 5), 41]
+        assert ckpts[-1]["details"]["found"] == "huggingface" and ckpts[-1]["weights_url"] is None
+        with Client(services.url, services.headers["Authorization"].removeprefix("Bearer ")) as sdk:
+            archive = sdk.download_checkpoint_archive(job_id, 41, tmp_path)
+        with tarfile.open(archive) as tar:
+            assert sorted(tar.getnames()) == ["checkpoint-41/pytorch_model.bin", "checkpoint-41/trainer_state.json"]
         final = client.get(f"/v1/jobs/{job_id}/checkpoints/40/weights")
         assert final.status_code == 200
         assert final.content == (run_dir / "lightning_logs/version_0/checkpoints/epoch=0-step=40.ckpt").read_bytes()
