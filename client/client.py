@@ -236,6 +236,18 @@ class Client:
 
         return self._download(path, target_for)
 
+    def download_checkpoint_archive(self, job_id: str, step: int, dest: str | Path | None = None) -> Path:
+        """Save a directory checkpoint (a Hugging Face ``checkpoint-N/``, an Accelerate ``save_state`` directory) as a
+        tar file to ``dest`` (a file, or a directory to put the server's file name in; default the current directory)."""
+
+        def target_for(response: httpx.Response) -> Path:
+            target = Path(dest) if dest is not None else Path.cwd()
+            if target.is_dir():
+                target = target / (_attachment_name(response.headers.get("content-disposition")) or f"{job_id}-step{step}.tar")
+            return target
+
+        return self._download(f"/v1/jobs/{job_id}/checkpoints/{step}/archive", target_for)
+
     def artifacts(self, job_id: str) -> list[Artifact]:
         """Files the job wrote under its run's ``artifacts/`` directory (TensorBoard events, profiler traces ...)."""
         return [Artifact.model_validate(a) for a in self._json("GET", f"/v1/jobs/{job_id}/artifacts")["items"]]

@@ -38,10 +38,11 @@ _NAME_HEX = "(?:[0-9a-f]{2}){1,512}"
 
 JOB_CURSOR = r"^[0-9a-f]{1,32}$"
 METRIC_CURSOR = f"^{_UINT}\\.{_NAME_HEX}$"
-EVENT_ID = f"^{_UINT}-{_UINT}$"
+# An optional third part: the last seq of rows the worker found itself (TensorBoard files, checkpoints; jobs/feed.py).
+EVENT_ID = f"^{_UINT}-{_UINT}(?:-{_UINT})?$"
 JOB_CURSOR_MAX = 32
 METRIC_CURSOR_MAX = 19 + 1 + 1024
-EVENT_ID_MAX = 19 + 1 + 19
+EVENT_ID_MAX = 19 + 1 + 19 + 1 + 19
 
 _JOB_CURSOR = re.compile(JOB_CURSOR)
 _METRIC_CURSOR = re.compile(METRIC_CURSOR)
@@ -76,12 +77,13 @@ def parse_metric_cursor(raw: str) -> tuple[int, str]:
     return int(step), bytes.fromhex(name).decode("utf-8", "replace")
 
 
-def event_id(transition_id: int, seq: int) -> str:
-    return f"{transition_id}-{seq}"
+def event_id(transition_id: int, seq: int, found: int = 0) -> str:
+    return f"{transition_id}-{seq}" + (f"-{found}" if found else "")
 
 
-def parse_event_id(raw: str) -> tuple[int, int]:
+def parse_event_id(raw: str) -> tuple[int, int, int]:
+    """(transition id, seq, found seq; 0 when the id has no third part)."""
     if not _EVENT_ID.fullmatch(raw):
         raise MalformedCursor(f"malformed event id {raw[:40]!r}; use the id of a message this stream sent")
-    head, _, tail = raw.partition("-")
-    return int(head), int(tail)
+    parts = [int(p) for p in raw.split("-")]
+    return parts[0], parts[1], parts[2] if len(parts) == 3 else 0

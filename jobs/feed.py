@@ -4,6 +4,9 @@ Three sources, each already ordered: status changes (``job_transitions.id``), an
 checkpoint events (their ``seq`` from events.jsonl). A cursor is the pair of high-water marks
 ``<transition id>-<seq>``; every message carries the cursor after it, so a client that
 reconnects with Last-Event-ID gets exactly what it has not seen, whatever the interleaving.
+Rows the worker found without the SDK (TensorBoard files, framework checkpoints) have seqs of
+their own from FOUND_BASE up (jobs/ingest_found.py): their high-water mark is a third part,
+``<transition id>-<seq>-<found seq>``, present once one was sent.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import sqlalchemy as sa
 from sqlmodel import Session
 
 from jobs import cursors
+from jobs.ingest_found import FOUND_BASE
 from jobs.models import Checkpoint, Job, MetricPoint, Status, Transition
 
 # Upper bound of events read per poll; a longer backlog is sent over several polls without waiting.
@@ -28,9 +32,10 @@ BATCH = 500
 class Cursor:
     transition_id: int = 0
     seq: int = 0
+    found: int = 0  # the last found seq sent (0: none yet)
 
     def encode(self) -> str:
-        return cursors.event_id(self.transition_id, self.seq)
+        return cursors.event_id(self.transition_id, self.seq, self.found)
 
     @classmethod
     def parse(cls, raw: str) -> Cursor:
@@ -76,11 +81,23 @@ def _checkpoint_path(run_dir: str | None, path: str) -> str:
     return str(Path(run_dir) / path) if run_dir else path
 
 
-def _next_seqs(session: Session, model: type[MetricPoint] | type[Checkpoint], job_id: str, after: int) -> list[int]:
-    """The first BATCH distinct seqs of ``model``'s rows of ``job_id`` above ``after``: an index range."""
-    query = (sa.select(model.seq).where(model.job_id == job_id, model.seq > after)  # type: ignore[arg-type]
+def _next_seqs(session: Session, model: type[MetricPoint] | type[Checkpoint], job_id: str, after: int, below: int) -> list[int]:
+    """The first BATCH distinct seqs of ``model``'s rows of ``job_id`` in (after, below): an index range."""
+    query = (sa.select(model.seq).where(model.job_id == job_id, model.seq > after, model.seq < below)  # type: ignore[arg-type]
              .distinct().order_by(model.seq).limit(BATCH))  # type: ignore[arg-type]
     return [row[0] for row in session.exec(query)]  # type: ignore[call-overload]
+
+
+def _seq_ranges(session: Session, job_id: str, cursor: Cursor) -> tuple[list[tuple[int, int]], bool]:
+    """The seq ranges (low exclusive, high inclusive) of the next batch, the SDK's and the found ones, and whether it was cut."""
+    ranges, cut = [], False
+    for after, below in ((cursor.seq, FOUND_BASE), (max(cursor.found, FOUND_BASE), 2**31 - 1)):
+        wanted = sorted(set(_next_seqs(session, MetricPoint, job_id, after, below))
+                        | set(_next_seqs(session, Checkpoint, job_id, after, below)))[:BATCH]
+        cut = cut or len(wanted) == BATCH
+        if wanted:
+            ranges.append((after, wanted[-1]))
+    return ranges, cut
 
 
 def poll(session: Session, job_id: str, cursor: Cursor) -> Batch:
@@ -97,12 +114,9 @@ def poll(session: Session, job_id: str, cursor: Cursor) -> Batch:
 
     # Each source is read along its (job_id, seq) index and cut at BATCH on its own, so a poll reads
     # O(new rows) and a fresh stream over a long history reads no more than the batch it sends.
-    metric_seqs = _next_seqs(session, MetricPoint, job_id, cursor.seq)
-    checkpoint_seqs = _next_seqs(session, Checkpoint, job_id, cursor.seq)
-    wanted = sorted(set(metric_seqs) | set(checkpoint_seqs))[:BATCH]
+    ranges, cut = _seq_ranges(session, job_id, cursor)
     events: list[tuple[float, int, Message | None, dict[str, Any]]] = []
-    if wanted:
-        low, high = cursor.seq, wanted[-1]
+    for low, high in ranges:
         points = session.exec(  # type: ignore[call-overload]
             sa.select(MetricPoint).where(MetricPoint.job_id == job_id, MetricPoint.seq > low, MetricPoint.seq <= high)
             .order_by(MetricPoint.seq, MetricPoint.name)
@@ -126,17 +140,20 @@ def poll(session: Session, job_id: str, cursor: Cursor) -> Batch:
     transition_items = [(t.at.timestamp(), 0, t) for t in changes]
     event_items = [(e[0], 1, e) for e in events]
     batch = Batch(cursor=cursor)
-    t_id, seq = cursor.transition_id, cursor.seq
+    t_id, seq, found = cursor.transition_id, cursor.seq, cursor.found
     for _, kind, item in heapq.merge(transition_items, event_items, key=lambda x: (x[0], x[1])):
         if kind == 0:
             t_id = item.id or t_id  # type: ignore[union-attr]
-            batch.messages.append(Message("status", _status_data(item), Cursor(t_id, seq).encode()))  # type: ignore[arg-type]
+            batch.messages.append(Message("status", _status_data(item), Cursor(t_id, seq, found).encode()))  # type: ignore[arg-type]
         else:
-            seq = item[1]  # type: ignore[index]
+            if item[1] >= FOUND_BASE:  # type: ignore[index]
+                found = item[1]  # type: ignore[index]
+            else:
+                seq = item[1]  # type: ignore[index]
             payload = dict(item[3])  # type: ignore[index]
-            batch.messages.append(Message(payload.pop("event"), payload, Cursor(t_id, seq).encode()))
-    batch.cursor = Cursor(t_id, seq)
-    batch.more = len(changes) == BATCH or len(wanted) == BATCH
+            batch.messages.append(Message(payload.pop("event"), payload, Cursor(t_id, seq, found).encode()))
+    batch.cursor = Cursor(t_id, seq, found)
+    batch.more = len(changes) == BATCH or cut
     if Status(status).terminal and not batch.more:
         batch.messages.append(Message("end", {"status": status}, batch.cursor.encode()))
         batch.ended = True

@@ -39,8 +39,8 @@ ALLOWED_NAMES = frozenset({
     # Python: only what changes hashing and crash reports, never what it imports
     "PYTHONHASHSEED", "PYTHONFAULTHANDLER",
 })
-# Weights & Biases, Hugging Face, and the job's own settings (APP_*, read by your script).
-ALLOWED_PREFIXES = ("WANDB_", "HF_", "TRANSFORMERS_", "APP_")
+# Weights & Biases, Hugging Face (Hub, Transformers, Accelerate), and the job's own settings (APP_*, read by your script).
+ALLOWED_PREFIXES = ("WANDB_", "HF_", "TRANSFORMERS_", "ACCELERATE_", "APP_")
 
 # Words of a name that make it a place to read or write, or code to load.
 PATH_WORDS = frozenset({

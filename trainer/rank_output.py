@@ -29,6 +29,8 @@ import os
 import re
 import sys
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 OUTPUT_LOG = "output.log"
@@ -36,6 +38,7 @@ MERGED_LOG = "ranks.log"
 RANK_MARK = "rank"
 _RESTART = re.compile(r"attempt_(\d+)$")
 _PARTIAL_MAX = 64 * 1024  # a line longer than this (a progress bar without newlines) is written in pieces
+PROGRESS_EVERY_S = 2.0  # at most one progress-bar redraw per rank per this many seconds in the merged log
 
 
 def merged_log_name(node: int) -> str:
@@ -75,31 +78,55 @@ def _write_all(fd: int, data: bytes) -> None:
 
 
 class _Merged:
-    """Complete lines of one rank, prefixed, appended to the node's shared file one write each."""
+    """Complete lines of one rank, prefixed, appended to the node's shared file one write each.
 
-    def __init__(self, fd: int, prefix: bytes):
+    A progress bar (tqdm, Rich on a pipe) redraws its line with ``\r`` and no newline; each redraw is an
+    update, shown as a line of its own at most every PROGRESS_EVERY_S, so a running bar is readable in the
+    log instead of one line written at its end. The state a line ends on (the bar's last draw) always shows."""
+
+    def __init__(self, fd: int, prefix: bytes, clock: Callable[[], float] = time.monotonic):
         self.fd, self.prefix = fd, prefix
         self.pending = b""
         self.lock = threading.Lock()
+        self.clock = clock
+        self.last_update = -PROGRESS_EVERY_S
+
+    def _update(self, segments: list[bytes], out: list[bytes]) -> None:
+        drawn = [s for s in segments if s.strip()]
+        now = self.clock()
+        if drawn and now - self.last_update >= PROGRESS_EVERY_S:
+            out.append(drawn[-1])
+            self.last_update = now
 
     def write(self, data: bytes) -> None:
         with self.lock:
             self.pending += data
-            if b"\n" not in self.pending and len(self.pending) < _PARTIAL_MAX:
+            if b"\n" not in self.pending and b"\r" not in self.pending and len(self.pending) < _PARTIAL_MAX:
                 return
             *lines, self.pending = self.pending.split(b"\n")
+            out: list[bytes] = []
+            for line in lines:
+                *redraws, last = line.split(b"\r")
+                if not last.strip() and redraws:  # "...\r\n": the line ends on its last draw
+                    redraws, last = redraws[:-1], redraws[-1]
+                self._update(redraws, out)
+                out.append(last)
+            if b"\r" in self.pending:
+                *redraws, self.pending = self.pending.split(b"\r")
+                self._update(redraws, out)
             if len(self.pending) >= _PARTIAL_MAX:
-                lines.append(self.pending)
+                out.append(self.pending)
                 self.pending = b""
-            with contextlib.suppress(OSError):  # a full disk must not take the rank down with it
-                _write_all(self.fd, b"".join(self.prefix + line + b"\n" for line in lines))
+            if out:
+                with contextlib.suppress(OSError):  # a full disk must not take the rank down with it
+                    _write_all(self.fd, b"".join(self.prefix + line + b"\n" for line in out))
 
     def close(self) -> None:
         with self.lock:
-            if self.pending:
+            if self.pending.strip():
                 with contextlib.suppress(OSError):
                     _write_all(self.fd, self.prefix + self.pending + b"\n")
-                self.pending = b""
+            self.pending = b""
 
 
 class _Tee(io.RawIOBase):

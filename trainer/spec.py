@@ -50,6 +50,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 from trainer import catalog
 from trainer.env_rules import env_name_problem, name_problem
 from trainer.requirements import MAX_REQUIREMENT_CHARS, MAX_REQUIREMENTS, requirement_problem
+from trainer.resume_args import template_problem
 from trainer.spec_messages import user_problems
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
@@ -247,6 +248,15 @@ MODULE_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
 CODE_PATTERN = r"^sha256:[0-9a-f]{64}$"
 
 ScriptArg = Annotated[str, StringConstraints(max_length=4096)]
+DiscoverGlob = Annotated[str, StringConstraints(min_length=1, max_length=256)]
+
+
+class ScriptCheckpointSpec(_Strict):
+    discover: list[DiscoverGlob] = Field(
+        default_factory=list, max_length=16,
+        description="Globs relative to the working directory ('out/*.pt') naming checkpoints the script writes, besides "
+                    "the Lightning, Hugging Face and Accelerate checkpoints found without them.",
+    )
 
 
 class ScriptJobSpec(JobBase):
@@ -278,6 +288,13 @@ class ScriptJobSpec(JobBase):
         default_factory=list, max_length=MAX_REQUIREMENTS,
         description="Python packages installed for this job ('tqdm==4.67.1'), into a cached environment layered over the worker's.",
     )
+    resume_args: list[ScriptArg] = Field(
+        default_factory=list, max_length=64,
+        description="Arguments added after `args` only to an attempt that resumes, '{checkpoint}' standing for the latest "
+                    "complete checkpoint found (absolute path): ['--ckpt_path', '{checkpoint}'].",
+    )
+    checkpoint: ScriptCheckpointSpec = Field(default_factory=ScriptCheckpointSpec,
+                                             description="Where the script's own checkpoints are, beyond the frameworks' layouts.")
 
 
 def _spec_kind(value: Any) -> str:
@@ -701,4 +718,11 @@ def script_problems(spec: ScriptJobSpec, limits: SpecLimits) -> list[SpecProblem
     for i, line in enumerate(spec.requirements):
         if (why := requirement_problem(line)) is not None:
             problems.append(SpecProblem(("requirements", i), why))
+    for i, arg in enumerate(spec.resume_args):
+        if (why := template_problem(arg) or ("contains a NUL character" if "\x00" in arg else None)) is not None:
+            problems.append(SpecProblem(("resume_args", i), why))
+    for i, pattern in enumerate(spec.checkpoint.discover):
+        if PurePath(pattern).is_absolute() or ".." in PurePath(pattern).parts or "\x00" in pattern:
+            problems.append(SpecProblem(("checkpoint", "discover", i),
+                                        f"{pattern!r} must be a relative glob inside the working directory (no '..')"))
     return problems

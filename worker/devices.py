@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from jobs.settings import Settings
-from trainer.spec import SpecLimits, spec_from_dict, spec_problems
+from trainer.spec import AnySpec, ScriptJobSpec, SpecLimits, spec_from_dict, spec_problems
 
 NVIDIA_PROC = Path("/proc/driver/nvidia/gpus")
 
@@ -65,3 +65,14 @@ def place(raw: dict[str, Any], gpus: int, worker: str, limits: SpecLimits | None
             raise PlacementError("; ".join(f"{p.field}: {p.msg} (nproc_per_node 'gpu' is {gpus} on worker {worker})"
                                            for p in problems))
     return placed
+
+
+CPU_ONLY_ENV = {"ACCELERATE_USE_CPU": "1"}  # without it, Accelerate and the HF Trainer run each CPU rank alone
+
+
+def cpu_env(spec: AnySpec, gpus: int) -> AnySpec:
+    """A script placed on CPUs only (device cpu, or a worker without GPUs) gets what the Hugging Face libraries need to
+    run distributed there; a value the job set itself wins."""
+    if not isinstance(spec, ScriptJobSpec) or (spec.parallel.device != "cpu" and gpus > 0):
+        return spec
+    return spec.model_copy(update={"env": {**CPU_ONLY_ENV, **spec.env}})

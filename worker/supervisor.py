@@ -41,11 +41,13 @@ from jobs.models import Attempt, ErrorType, Job, Status, utcnow
 from jobs.reconciler import worker_losses
 from jobs.settings import Settings, get_settings
 from jobs.states import TransitionRefused, transition
+from trainer import pg_watch
 from trainer.pdeathsig import set_not_dumpable
 from trainer.spec import AnySpec, SpecError, spec_from_dict
 from worker import devices, job_code, mlflow_runs, oom, outcome, run_dirs
 from worker.executors import make_executor
 from worker.executors.base import Launch, LaunchError, LaunchRequest, Phase, RankState, engine_verdict
+from worker.found import Found, found_in_run, resume_arguments
 from worker.gang import Leader, advertised_host, free_port, node_launch
 from worker.isolation import Isolation
 from worker.job_users import JobIdentity
@@ -330,6 +332,7 @@ class Supervisor:
     def _run_attempt(self, job: Job) -> str:
         run_dir = Path(job.run_dir or "")
         self.tail = EventTail(run_dir / "events.jsonl")
+        self.found = Found(run_dir, enabled=False)  # until the spec says what to look for
         refused = self.isolation.owner_refused(self.redis, job.owner)
         if refused is not None:
             if self.gang is not None:
@@ -343,6 +346,7 @@ class Supervisor:
                 self.gang.abort()
             # Another attempt on this worker would fail the same way.
             return self._fail_or_retry(job, outcome.Failure(ErrorType.SPEC, str(exc), None, None), retry=False)
+        self.found = found_in_run(run_dir, spec, job.created_at)
         try:
             self._prepare(job, spec, run_dir)
             # the uploaded bundle and the requirements environment (worker/job_code.py)
@@ -358,6 +362,9 @@ class Supervisor:
             if exc.errno != errno.ENOSPC:
                 raise
             return self._disk_full(job, exc, run_dir)
+        spec = devices.cpu_env(spec, devices.gpu_count(self.settings))
+        # A resuming attempt of a script gets its resume_args with the latest checkpoint found (worker/found.py).
+        spec, self.resumed_step = resume_arguments(spec, self.found, job.attempt > 1 or bool(job.resume_from), job.resume_from)
         node: NodeLaunch | None = None
         if self.gang is not None:
             host = advertised_host(self.settings)
@@ -399,13 +406,15 @@ class Supervisor:
             self._gang_stop()  # node 0 failed: no follower may run on alone
         lost = self._gang_settle(job)
         self._gang_stop()  # whatever did not finish by now stops
-        self._ingest()
+        self._ingest(final=True)
         if self.tail.bad is not None:
             return self._bad_event(job, code)
         if self._status() == Status.CANCELLING:
             return self._finish(job, Status.CANCELLED, reason="cancelled by user", outcome="cancelled")
         if code == 0 and ended.reason is None:
-            return self._finish(job, Status.SUCCEEDED, reason="torchrun exited 0", outcome="succeeded", exit_code=0)
+            alone = pg_watch.warning(run_dir / "logs" / f"attempt-{job.attempt}")
+            return self._finish(job, Status.SUCCEEDED, reason="torchrun exited 0" + (f"; {alone}" if alone else ""),
+                                outcome="succeeded", exit_code=0)
         if ended.reason is not None or ended.phase is Phase.GONE:
             return self._engine_ended(job, ended)
         if outcome.was_preempted(code, self.last_phase):
@@ -609,11 +618,12 @@ class Supervisor:
         assert self.launch is not None
         code = self.executor.stop(self.launch, self.settings.stop_grace_s, on_wait=keep_lease).exit_code
         self._gang_settle(job)
-        self._ingest()
+        self._ingest(final=True)
         return code
 
-    def _ingest(self) -> int:
-        """Store what rank 0 appended; the tail moves past it only once the rows are committed."""
+    def _ingest(self, final: bool = False) -> int:
+        """Store what rank 0 appended, then what the job wrote without the SDK (worker/found.py); the tails
+        move past it only once the rows are committed."""
         events = self.tail.read()
         batch = self.settings.ingest_batch
 
@@ -626,7 +636,7 @@ class Supervisor:
         for event in events:
             if event.get("type") == "status":
                 self.last_phase = event.get("phase")
-        return stored
+        return stored + self.found.ingest(self.session, self.job_id, self._fence(), self._db, batch, final=final)
 
     # ------------------------------------------------------------ database calls through a blip
 
@@ -717,6 +727,8 @@ class Supervisor:
 
     def _record_attempt(self, job: Job, outcome_name: str, exit_code: int | None, error_type: str | None) -> None:
         resumed = _resumed_from(self.tail.path)
+        if resumed is None:
+            resumed = getattr(self, "resumed_step", None)
 
         def record() -> None:
             # Only while this supervisor still holds the job: a stale one must not rewrite the reconciler's "lost".

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import PurePath
 from typing import Annotated
 
 from fastapi import APIRouter, Body, Header, Path, Query, Request, Response
@@ -18,7 +19,7 @@ from api.deps import RedisDep, SessionDep, SettingsDep
 from api.errors import invalid, responses
 from api.job_reader import JobReader
 from api.schemas import CheckpointList, CheckpointOut, JobList, JobOut, MetricList, MetricOut
-from jobs import bundles, cursors, job_read, service
+from jobs import bundles, checkpoint_archive, cursors, job_read, service
 from jobs.models import Status
 from jobs.settings import Settings
 from trainer.spec import LABEL_KEY_PATTERN, AnySpec, SpecError, SpecProblem, spec_problems
@@ -192,3 +193,15 @@ def get_checkpoint_weights(
 ) -> StreamingResponse:
     ckpt, opened = service.weights_file(session, settings, principal.owner, job_id, step)
     return _weights_response(job_id, ckpt.step, opened, range_header)
+
+
+@router.get("/{job_id}/checkpoints/{step}/archive", response_class=StreamingResponse,
+            responses={200: {"content": {"application/x-tar": {"schema": {"type": "string", "format": "binary"}}}}},
+            summary="Download a directory checkpoint (Hugging Face checkpoint-N, Accelerate save_state) as a tar archive")
+def get_checkpoint_archive(
+    job_id: JobId, step: Annotated[int, Path(ge=0, le=2**62)], principal: PrincipalDep, session: SessionDep, settings: SettingsDep,
+) -> StreamingResponse:
+    ckpt, files = checkpoint_archive.checkpoint_tree(session, settings, principal.owner, job_id, step)
+    name = _SAFE_NAME.sub("_", f"{job_id}-step{ckpt.step}-{PurePath(ckpt.path).name}.tar")
+    return StreamingResponse(checkpoint_archive.tar_stream(settings, job_id, ckpt.path, files), media_type="application/x-tar",
+                             headers={"Content-Disposition": f'attachment; filename="{name}"'})

@@ -22,7 +22,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, Dataset
 from torch.utils.data.distributed import DistributedSampler
 
-from trainer import report
+from torchyard import report
 
 log = logging.getLogger("ddp_tutorial_sdk")
 

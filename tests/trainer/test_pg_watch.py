@@ -1,0 +1,60 @@
+"""A rank of a multi-rank job that never joins a process group of the job's world size leaves a note."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from tests.helpers import ROOT
+from trainer import pg_watch
+from trainer.env_rules import env_name_problem
+from trainer.spec import spec_from_dict
+from worker.devices import cpu_env
+
+RANK = textwrap.dedent('''
+    import sys
+    from pathlib import Path
+    from trainer import pg_watch
+    assert pg_watch.install(Path(sys.argv[1]))
+    import torch.distributed as dist
+    if sys.argv[2] != "none":
+        dist.init_process_group("gloo", init_method="file://" + sys.argv[3], rank=int(sys.argv[4]), world_size=int(sys.argv[2]))
+        dist.barrier()
+        dist.destroy_process_group()
+''')
+
+
+def _ranks(tmp_path: Path, name: str, world: str, count: int) -> Path:
+    logs = tmp_path / name
+    logs.mkdir()
+    procs = [subprocess.Popen([sys.executable, "-c", RANK, str(logs), world, str(tmp_path / f"{name}.store"), str(r)],
+                              env={**os.environ, "PYTHONPATH": str(ROOT), "WORLD_SIZE": "2", "RANK": str(r)})
+             for r in range(count)]
+    assert [p.wait(timeout=120) for p in procs] == [0] * count
+    return logs
+
+
+def test_ranks_alone_are_noted_and_a_whole_group_is_not(tmp_path: Path) -> None:
+    alone = _ranks(tmp_path, "alone", "none", 1)
+    assert (alone / f"{pg_watch.NOTE_PREFIX}0").read_text().strip() == "rank 0 of 2 never called init_process_group"
+    warning = pg_watch.warning(alone)
+    assert warning is not None and "init_process_group" in warning and "never formed a process group" in warning
+    small = _ranks(tmp_path, "small", "1", 1)  # a group of one where torchrun started two
+    assert "joined a process group of 1" in (small / f"{pg_watch.NOTE_PREFIX}0").read_text()
+    whole = _ranks(tmp_path, "whole", "2", 2)
+    assert list(whole.iterdir()) == [] and pg_watch.warning(whole) is None
+
+
+def test_accelerate_settings_are_allowed_and_cpu_placements_get_use_cpu() -> None:
+    assert env_name_problem("ACCELERATE_USE_CPU") is None
+    assert env_name_problem("ACCELERATE_MIXED_PRECISION") is None
+    assert "names a file" in (env_name_problem("ACCELERATE_CONFIG_FILE") or "")
+    script = spec_from_dict({"kind": "script", "name": "a", "entrypoint": "t.py"})
+    assert cpu_env(script, gpus=0).env == {"ACCELERATE_USE_CPU": "1"}
+    assert cpu_env(script, gpus=2).env == {}
+    on_cpu = spec_from_dict({"kind": "script", "name": "a", "entrypoint": "t.py", "parallel": {"device": "cpu"},
+                             "env": {"ACCELERATE_USE_CPU": "0"}})
+    assert cpu_env(on_cpu, gpus=2).env == {"ACCELERATE_USE_CPU": "0"}  # the job's own value wins

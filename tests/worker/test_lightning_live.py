@@ -1,0 +1,93 @@
+"""A Lightning script, unchanged, as a 2-rank CPU script job: TensorBoardLogger and ModelCheckpoint as a
+user writes them, metrics from its event files in the API, its checkpoints listed and downloadable, and
+after the worker is SIGKILLed the next attempt resumes through ``resume_args`` (``--ckpt_path``).
+Runs where Lightning is installed (the ``test`` extra pins it)."""
+
+from __future__ import annotations
+
+import os
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import ROOT, Services, wait_until
+
+pytestmark = pytest.mark.slow
+
+SCRIPT = textwrap.dedent('''
+    import argparse, time
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+    import lightning.pytorch as L
+    from lightning.pytorch.callbacks import ModelCheckpoint
+    from lightning.pytorch.loggers import TensorBoardLogger
+
+    class Regression(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Linear(8, 1)
+
+        def training_step(self, batch, batch_idx):
+            x, y = batch
+            loss = torch.nn.functional.mse_loss(self.layer(x), y)
+            self.log("train_loss", loss)
+            time.sleep(0.15)
+            return loss
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.05)
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--epochs", type=int, default=6)
+    parser.add_argument("--ckpt_path", default=None)
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    data = TensorDataset(torch.randn(256, 8), torch.randn(256, 1))
+    trainer = L.Trainer(max_epochs=args.epochs, accelerator="cpu", devices=2, strategy="ddp", log_every_n_steps=2,
+                        logger=TensorBoardLogger("."), callbacks=[ModelCheckpoint(save_top_k=-1, save_last=True)])
+    trainer.fit(Regression(), DataLoader(data, batch_size=32), ckpt_path=args.ckpt_path)
+''')
+STEPS_PER_EPOCH = 4  # 256 samples / 2 ranks / batch 32
+
+
+@pytest.fixture
+def database_url(sqlite_url: str) -> str:
+    return sqlite_url
+
+
+def test_lightning_script_unchanged_metrics_checkpoints_and_resume(services: Services) -> None:
+    lightning = pytest.importorskip("lightning.pytorch")
+    site = str(Path(lightning.__file__).resolve().parents[2])  # where Lightning is installed, for the ranks
+    (services.settings.code_dir / "train.py").write_text(SCRIPT)
+    services.start_api()
+    first = services.start_worker(PYTHONPATH=os.pathsep.join([str(ROOT), site]))
+    spec = {"kind": "script", "name": "lit", "entrypoint": "train.py", "args": ["--epochs", "6"],
+            "parallel": {"nproc_per_node": 2}, "resume_args": ["--ckpt_path", "{checkpoint}"]}
+    with services.client() as client:
+        created = client.post("/v1/jobs", json=spec)
+        assert created.status_code == 201, created.text
+        job_id = created.json()["id"]
+
+        def saved() -> list[dict]:
+            return client.get(f"/v1/jobs/{job_id}/checkpoints").json()["items"]
+
+        wait_until(lambda: any(c["step"] >= 2 * STEPS_PER_EPOCH for c in saved()), 240, what="two epochs' checkpoints")
+        services.kill_worker(first)
+        services.start_worker(PYTHONPATH=os.pathsep.join([str(ROOT), site]))
+        job = services.wait_status(client, job_id, {"succeeded", "failed", "cancelled"}, timeout_s=300)
+        assert job["status"] == "succeeded", job["error"]
+        assert job["attempt"] == 2
+        run_dir = Path(job["run_dir"])
+        second = "\n".join(f.read_text(errors="replace") for f in (run_dir / "logs" / "attempt-2").rglob("*.log"))
+        assert "Restoring states from the checkpoint path at" in second  # Lightning's own resume, from --ckpt_path
+        assert job["attempts"][-1]["resumed_from_step"] >= 2 * STEPS_PER_EPOCH
+        assert job["transitions"][-1]["reason"] == "torchrun exited 0"  # one process group of 2: no warning
+
+        total = 6 * STEPS_PER_EPOCH
+        points = client.get(f"/v1/jobs/{job_id}/metrics", params={"name": "train_loss"}).json()["items"]
+        assert points and max(p["step"] for p in points) >= total - 2  # Lightning logs every 2nd step
+        steps = [c["step"] for c in saved()]
+        assert total in steps and all(s % STEPS_PER_EPOCH == 0 for s in steps)
+        final = client.get(f"/v1/jobs/{job_id}/checkpoints/{total}/weights")
+        assert final.status_code == 200 and len(final.content) > 0

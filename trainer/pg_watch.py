@@ -1,0 +1,117 @@
+"""Notices a rank of a multi-rank job that never joins a process group of the job's world size.
+
+A script that forgets ``init_process_group`` (or makes a group of one) runs every rank as a whole training
+of its own: each sees all the data, they overwrite each other's files, and the job still exits 0. The rule:
+under torchrun with WORLD_SIZE > 1,
+a rank that ends without ``torch.distributed.init_process_group`` having returned a group of WORLD_SIZE
+ranks leaves a note in its attempt's log directory; the worker names the job's ranks that did in its
+final status (worker/supervisor.py). Torch-free until the script itself imports ``torch.distributed``:
+``install`` adds an import hook that wraps ``init_process_group`` once that module has loaded.
+
+Not seen by this rule: Accelerate (1.15) on CPUs without ``ACCELERATE_USE_CPU`` forms the group of the
+world size and then trains each rank alone (``DistributedType.NO``); the worker sets that variable on
+CPU-only placements (worker/devices.py) so it does not happen there.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import importlib.abc
+import importlib.machinery
+import os
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+NOTE_PREFIX = "no-process-group.rank-"  # one file per rank that never joined, in logs/attempt-N/
+_seen: dict[str, int] = {}  # "world": the size of the group init_process_group returned
+
+
+def _wrap(module: ModuleType) -> None:
+    original = getattr(module, "init_process_group", None)
+    if original is None or getattr(original, "_torchyard_watched", False):
+        return
+
+    def init_process_group(*args: Any, **kwargs: Any) -> Any:
+        result = original(*args, **kwargs)
+        try:
+            _seen["world"] = int(module.get_world_size())
+        except Exception:  # noqa: BLE001 - watching must never break the script
+            _seen["world"] = -1
+        return result
+
+    init_process_group._torchyard_watched = True  # type: ignore[attr-defined]
+    init_process_group.__wrapped__ = original  # type: ignore[attr-defined]
+    init_process_group.__doc__ = original.__doc__
+    module.init_process_group = init_process_group  # type: ignore[attr-defined]
+    c10d = sys.modules.get("torch.distributed.distributed_c10d")
+    if c10d is not None and getattr(c10d, "init_process_group", None) is original:
+        c10d.init_process_group = init_process_group  # type: ignore[attr-defined]
+
+
+class _Watcher(importlib.abc.MetaPathFinder):
+    """Finds nothing itself: it lets the real finder find ``torch.distributed`` and wraps its loader."""
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        if name != "torch.distributed":
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None and spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                loader = spec.loader
+                real_exec = loader.exec_module
+
+                def exec_module(module: ModuleType, real_exec: Any = real_exec) -> None:
+                    real_exec(module)
+                    _wrap(module)
+
+                loader.exec_module = exec_module  # type: ignore[method-assign]
+                return spec
+        return None
+
+
+def _note(log_dir: Path, rank: str, world: int) -> None:
+    seen = _seen.get("world")
+    if seen == world:
+        return
+    what = "never called init_process_group" if seen is None else f"joined a process group of {seen}"
+    with contextlib.suppress(OSError):
+        (log_dir / f"{NOTE_PREFIX}{rank}").write_text(f"rank {rank} of {world} {what}\n", encoding="utf-8")
+
+
+def install(log_dir: Path | None = None) -> bool:
+    """Watch this rank; True when it is a rank of a multi-rank torchrun job and the watch is on."""
+    try:
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+    except ValueError:
+        return False
+    rank = os.environ.get("RANK", "?")
+    run_dir = os.environ.get("TORCHYARD_RUN_DIR")
+    attempt = os.environ.get("TORCHYARD_ATTEMPT")
+    if world <= 1 or (log_dir is None and not (run_dir and attempt)):
+        return False
+    target = log_dir or Path(run_dir or "") / "logs" / f"attempt-{attempt}"
+    if "torch.distributed" in sys.modules:
+        _wrap(sys.modules["torch.distributed"])
+    else:
+        sys.meta_path.insert(0, _Watcher())
+    atexit.register(_note, target, rank, world)
+    return True
+
+
+def warning(log_dir: Path) -> str | None:
+    """What the job's status says when ranks of this attempt left notes (None when none did)."""
+    try:
+        notes = sorted(p for p in log_dir.iterdir() if p.name.startswith(NOTE_PREFIX))
+    except OSError:
+        return None
+    if not notes:
+        return None
+    first = notes[0].read_text(encoding="utf-8", errors="replace").strip()[:200]
+    return (f"warning: {len(notes)} rank(s) never formed a process group of the job's world size ({first}): each probably "
+            "trained alone on all the data. Usual causes: a script without init_process_group (torchrun only starts the "
+            "processes), or a framework told to run one process (Accelerate's num_processes, a Trainer's devices=1)")

@@ -1,0 +1,193 @@
+"""Checkpoints the frameworks write by themselves, found in a job's directory.
+
+- Lightning: ``*.ckpt`` files (``epoch=3-step=400.ckpt``, ``last.ckpt``); the step from ``step=N`` in the
+  name, else the file's own ``global_step``.
+- Hugging Face Trainer: ``checkpoint-N/`` directories; complete once ``trainer_state.json`` is there (the
+  Trainer writes it last), the step its ``global_step``.
+- Accelerate ``save_state``: a directory with ``random_states_0.pkl`` beside the model or optimizer files
+  (``checkpoint_N/`` under automatic naming); the step the directory name's number.
+- The spec's ``checkpoint.discover`` globs (``out/*.pt``): files or directories; the step the last number in the name.
+
+Only complete ones count: nothing in them modified for SETTLE_S, newer than the job (an uploaded
+pretrained file is not the job's checkpoint), and a file ``torch.save`` wrote has its zip end record (a
+rank killed mid-save leaves a file that stops changing but is not whole).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from jobs.bundles import CODE_DIR_NAME
+
+log = logging.getLogger(__name__)
+
+SETTLE_S = 1.0
+SKIP_DIRS = frozenset({"logs", ".git", ".venv", "venv", "site-packages", "__pycache__", "node_modules", ".cache"})
+MAX_WALK = 20_000
+MAX_FOUND = 1_000
+_STEP = re.compile(r"(?:^|[^a-z])step[=_-]?(\d{1,12})", re.IGNORECASE)
+_HF_DIR = re.compile(r"^checkpoint-(\d{1,12})$")
+_NUMBER = re.compile(r"(\d{1,12})")
+_ACCELERATE_MODEL = ("model.safetensors", "pytorch_model.bin", "optimizer.bin")
+
+
+@dataclass(frozen=True)
+class FoundCkpt:
+    path: Path  # absolute
+    kind: str  # lightning | huggingface | accelerate | glob
+    step: int | None
+    mtime: float  # newest modification inside it
+
+
+def step_from_name(name: str, kind: str) -> int | None:
+    """The step a checkpoint's name says, when it says one (pure)."""
+    if (m := _STEP.search(name)) is not None:
+        return int(m.group(1))
+    if kind == "huggingface" and (m := _HF_DIR.match(name)) is not None:
+        return int(m.group(1))
+    if kind in ("accelerate", "glob"):
+        stem = name.split(".", 1)[0] if kind == "glob" else name
+        numbers = _NUMBER.findall(stem)
+        return int(numbers[-1]) if numbers else None
+    return None
+
+
+def _newest(path: Path) -> float | None:
+    """The newest mtime of ``path`` and, for a directory, of everything in it (None when it vanished)."""
+    try:
+        newest = path.stat().st_mtime
+        if path.is_dir():
+            for dirpath, _dirs, files in os.walk(path):
+                for name in files:
+                    newest = max(newest, os.stat(os.path.join(dirpath, name)).st_mtime)
+        return newest
+    except OSError:
+        return None
+
+
+def whole_zip(path: Path) -> bool:
+    """False for a zip file (what ``torch.save`` writes) without its end record: cut off mid-write by a kill,
+    however long ago. A file in another format passes (nothing cheap to check)."""
+    try:
+        with path.open("rb") as f:
+            if f.read(4) != b"PK\x03\x04":
+                return True
+            size = f.seek(0, os.SEEK_END)
+            f.seek(max(0, size - 65_557))  # the end record is in the last 22 bytes plus at most a 64 KiB comment
+            return b"PK\x05\x06" in f.read()
+    except OSError:
+        return False
+
+
+def _hf_step(path: Path) -> int | None:
+    try:
+        step = json.loads((path / "trainer_state.json").read_text(encoding="utf-8")).get("global_step")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return step if isinstance(step, int) and step >= 0 else None
+
+
+_ckpt_steps: dict[tuple[str, float, int], int | None] = {}
+
+
+def lightning_step(path: Path) -> int | None:
+    """``global_step`` inside a Lightning checkpoint, read memory-mapped with weights_only (no code runs); cached."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    key = (str(path), st.st_mtime, st.st_size)
+    if key not in _ckpt_steps:
+        step = None
+        try:
+            import torch
+
+            data = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+            value = data.get("global_step") if isinstance(data, dict) else None
+            step = value if isinstance(value, int) and value >= 0 else None
+        except Exception as exc:  # noqa: BLE001 - any unreadable file just has no known step
+            log.debug("no global_step in %s: %s", path, exc)
+        _ckpt_steps[key] = step
+    return _ckpt_steps[key]
+
+
+def _classify_dir(path: Path, names: set[str]) -> str | None:
+    if _HF_DIR.match(path.name) and "trainer_state.json" in names:
+        return "huggingface"
+    if "random_states_0.pkl" in names and any(n in names for n in _ACCELERATE_MODEL):
+        return "accelerate"
+    return None
+
+
+def _walk(root: Path) -> list[tuple[Path, str]]:
+    found: list[tuple[Path, str]] = []
+    pending, seen = [root], 0
+    while pending and seen < MAX_WALK and len(found) < MAX_FOUND:
+        here = pending.pop(0)
+        try:
+            entries = list(os.scandir(here))
+        except OSError:
+            continue
+        seen += len(entries)
+        kind = _classify_dir(here, {e.name for e in entries}) if here != root else None
+        if kind is not None:
+            found.append((here, kind))
+            continue  # a checkpoint directory's own files are not checkpoints of their own
+        for entry in entries:
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    # The unpacked upload is read-only to the job: a pretrained .ckpt shipped in it is not its checkpoint.
+                    if entry.name not in SKIP_DIRS and not (here == root and entry.name == CODE_DIR_NAME):
+                        pending.append(Path(entry.path))
+                elif entry.name.endswith(".ckpt") and entry.is_file(follow_symlinks=False):
+                    found.append((Path(entry.path), "lightning"))
+            except OSError:
+                continue
+    return found
+
+
+def _globbed(root: Path, patterns: list[str]) -> list[tuple[Path, str]]:
+    real_root = root.resolve()
+    found = []
+    for pattern in patterns:
+        try:
+            for path in sorted(itertools.islice(root.glob(pattern), MAX_FOUND)):
+                if path.resolve().is_relative_to(real_root) and not path.is_symlink():
+                    found.append((path, "glob"))
+        except (OSError, ValueError) as exc:
+            log.warning("checkpoint.discover %r: %s", pattern, exc)
+    return found
+
+
+def discover(root: Path, patterns: list[str], now: float, since: float = 0.0, settle_s: float = SETTLE_S) -> list[FoundCkpt]:
+    """Complete checkpoints under ``root``, oldest first; ``since``: only those written after it (the job's start)."""
+    seen: dict[Path, FoundCkpt] = {}
+    for path, kind in [*_walk(root), *_globbed(root, patterns)]:
+        if path in seen:
+            continue
+        newest = _newest(path)
+        if newest is None or newest > now - settle_s or newest < since:
+            continue
+        if kind == "huggingface":
+            step = _hf_step(path)
+            if step is None:
+                continue  # trainer_state.json is written last; unreadable, it is not there yet
+        else:
+            if path.is_file() and not whole_zip(path):
+                continue
+            step = step_from_name(path.name, kind)
+            if step is None and kind == "lightning":
+                step = lightning_step(path)
+        seen[path] = FoundCkpt(path, kind, step, newest)
+    return sorted(seen.values(), key=lambda c: (c.mtime, c.step if c.step is not None else -1))
+
+
+def latest(found: list[FoundCkpt]) -> FoundCkpt | None:
+    """The checkpoint a resuming attempt starts from: the newest complete one (the highest step among equals)."""
+    return found[-1] if found else None

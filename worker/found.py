@@ -1,0 +1,112 @@
+"""What a job wrote without the SDK, found in its run directory each supervisor tick: TensorBoard
+scalars (worker/tb_tail.py) and framework checkpoints (worker/checkpoints_found.py), stored through
+jobs/ingest_found.py. Nothing here is required of the job: a script that writes none of it costs one
+directory walk every few seconds."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+from sqlmodel import Session
+
+from jobs.ingest_found import FoundCheckpoint, FoundPoint, ingest_found, last_found_seq
+from trainer.resume_args import render
+from trainer.spec import AnySpec, ScriptJobSpec
+from worker import checkpoints_found
+from worker.tb_tail import RESCAN_S, TensorBoardTail
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class Found:
+    def __init__(self, run_dir: Path, patterns: list[str] | None = None, since: float = 0.0, rescan_s: float = RESCAN_S,
+                 enabled: bool = True):
+        self.run_dir = run_dir
+        self.enabled = enabled
+        self.patterns = patterns or []
+        self.since = since  # checkpoints older than the job are not its own
+        self.rescan_s = rescan_s
+        self.tensorboard = TensorBoardTail(run_dir, rescan_s)
+        self.seq: int | None = None  # the last found seq stored, read from SQL on first use
+        self.stored: dict[Path, tuple[float, int | None]] = {}  # checkpoints stored: their mtime and step
+        self._next_scan = 0.0
+
+    def checkpoints(self) -> list[checkpoints_found.FoundCkpt]:
+        """Complete checkpoints in the run directory now, oldest first."""
+        return checkpoints_found.discover(self.run_dir, self.patterns, time.time(), self.since)
+
+    def _new_checkpoints(self, final: bool) -> dict[Path, FoundCheckpoint]:
+        now = time.monotonic()
+        if not final and now < self._next_scan:
+            return {}
+        self._next_scan = now + self.rescan_s
+        fresh = {}
+        for c in self.checkpoints():
+            if self.stored.get(c.path) == (c.mtime, c.step):
+                continue
+            relative = str(c.path.relative_to(self.run_dir))
+            details: dict[str, Any] = {"found": c.kind, "step_known": c.step is not None}
+            if c.path.is_file():
+                details["weights"] = relative  # the file itself downloads as the checkpoint's weights
+            # An unknown step is stored at the job's step when it was found (jobs/ingest_found.py).
+            fresh[c.path] = FoundCheckpoint(c.step if c.step is not None else -1, relative, c.mtime, details)
+        return fresh
+
+    def ingest(self, session: Session, job_id: str, guard: list[Any], db: Callable[[Callable[[], T], str], T],
+               batch: int, final: bool = False) -> int:
+        """Store what is new; returns how many points and checkpoints were stored. ``db`` runs a database
+        call through a blip (the supervisor's retry); ``final`` looks for new files at once."""
+        if not self.enabled:
+            return 0
+        points = self.tensorboard.read(force_scan=final)
+        found = self._new_checkpoints(final)
+        if not points and not found:
+            return 0
+        if self.seq is None:
+            self.seq = db(lambda: last_found_seq(session, job_id), "reading found metrics")
+        stored = 0
+        for i in range(0, max(len(points), 1), batch):
+            chunk = [FoundPoint(p.name, p.step, p.value, p.time) for p in points[i:i + batch]]
+            ckpts = list(found.values()) if i == 0 else []
+
+            def store(after: int = self.seq, chunk: list[FoundPoint] = chunk, ckpts: list[FoundCheckpoint] = ckpts) -> int:
+                return ingest_found(session, job_id, after, chunk, ckpts, guard=guard)
+
+            self.seq = db(store, "storing found metrics and checkpoints")
+            self.tensorboard.ack(len(chunk))
+            if ckpts:
+                self.stored.update({path: (c.mtime, c.step if c.step >= 0 else None) for path, c in found.items()})
+            stored += len(chunk) + len(ckpts)
+        return stored
+
+
+def resume_arguments(spec: AnySpec, found: Found, resumes: bool, inherited: str | None) -> tuple[AnySpec, int | None]:
+    """The spec this attempt runs: a script's ``resume_args`` appended to its args when the attempt resumes and a
+    checkpoint exists (the latest complete one in the run directory, else ``inherited``, a retried job's), with the
+    step it resumes from when known."""
+    if not isinstance(spec, ScriptJobSpec) or not spec.resume_args or not resumes:
+        return spec, None
+    latest = checkpoints_found.latest(found.checkpoints())
+    if latest is not None:
+        where, step = str(latest.path.resolve()), latest.step
+    elif inherited:
+        where, step = inherited, None
+    else:
+        log.info("run %s resumes but holds no complete checkpoint: resume_args left out", found.run_dir)
+        return spec, None
+    log.info("run %s resumes from %s (step %s)", found.run_dir, where, step)
+    return spec.model_copy(update={"args": [*spec.args, *render(spec.resume_args, where)]}), step
+
+
+def found_in_run(run_dir: Path, spec: AnySpec, created_at: datetime) -> Found:
+    """What the worker looks for in this job's run directory: nothing for a catalog job (its trainer reports everything)."""
+    if not isinstance(spec, ScriptJobSpec):
+        return Found(run_dir, enabled=False)
+    return Found(run_dir, spec.checkpoint.discover, since=created_at.timestamp() - 1)
