@@ -165,7 +165,7 @@ def schedule(queued: Iterable[QueuedJob], hosts: Iterable[Host], running: Iterab
                     kept.append(Reservation(job.id, nodes, now, tuple(v.job_id for v in found_victims.victims)))
                     special[job.id] = reasons.preempting(found_victims.victims)
                     continue
-            if hold is None and reasons.never(need, cluster) is None:
+            if hold is None and not usage.borrows(job.owner, asked, 0) and reasons.never(need, cluster) is None:
                 hold = backfill.plan(job, need, cluster, _holders(running, placements, stopping, cluster), now)
                 if hold is not None:
                     kept.append(hold.reservation)
