@@ -5,13 +5,16 @@ a job with no timeout holds its GPUs indefinitely as far as this is concerned). 
 where that start is earliest, and their free GPUs leave the pool. A later job may still use them if
 it cannot delay the reserved job: its timeout ends before that start, or the reserved job may
 preempt it by then, or it takes only GPUs the reserved job will not need (``extra``). The start
-therefore never moves later while the job stays first in line, so it cannot starve.
+therefore never moves later while the job keeps its reservation; handed back to the next pass, the
+reservation keeps its hosts held from the start of that pass, before the jobs ahead of it in line
+take what came free there, until the job is placed or a blocked job of higher priority takes the
+reservation over. So it cannot starve behind a stream of smaller jobs.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from jobs.scheduling import packing
 from jobs.scheduling.cluster import Cluster, Need
@@ -26,14 +29,39 @@ class Hold:
     free: dict[int, list[int]]  # the held hosts' GPUs free now, out of the cluster's pool
     extra: dict[int, int]  # of those, how many the reserved job will not need at its start
     reservation: Reservation
-    used: dict[int, int] = field(default_factory=dict)
+    sticky: bool = False  # handed back from the pass before: held from the start of this one
 
 
-def plan(job: QueuedJob, need: Need, cluster: Cluster, holders: dict[int, list[tuple[float, int, int]]], now: float) -> Hold | None:
-    """Reserve hosts for ``job``; ``holders`` maps host number to (expected end, GPUs there, GPU
-    indices ...) of the placements that will release GPUs there. None when no host could ever hold it."""
+def release(hold: Hold, cluster: Cluster) -> None:
+    for h, free in hold.free.items():
+        cluster.release(h, free)
+    hold.free = {h: [] for h in hold.hosts}
+
+
+def take(hold: Hold, need: Need, cluster: Cluster, **meta: object) -> Placement | None:
+    """The reserved job itself on its held hosts, when what is free there now holds it."""
+    if len(hold.hosts) != need.nnodes:
+        return None
+    nodes = []
+    for rank, h in enumerate(hold.hosts):
+        n = len(cluster.offered[h]) if need.whole else need.per_node
+        if len(hold.free[h]) < n:
+            return None
+        nodes.append(NodePlacement(rank, cluster.ids[h], packing.choose(hold.free[h], n)))
+    for node, h in zip(nodes, hold.hosts, strict=True):
+        hold.free[h] = [g for g in hold.free[h] if g not in node.gpus]
+    release(hold, cluster)
+    return Placement(hold.job.id, tuple(nodes), **meta)  # type: ignore[arg-type]
+
+
+def plan(job: QueuedJob, need: Need, cluster: Cluster, holders: dict[int, list[tuple[float, int, int]]], now: float,
+         only: list[int] | None = None) -> Hold | None:
+    """Reserve hosts for ``job`` (among ``only``, when given); ``holders`` maps host number to
+    (expected end, GPUs there, GPU indices ...) of the placements that will release GPUs there.
+    None when no host could ever hold it."""
     options = []
-    for h, offered in enumerate(cluster.offered):
+    for h in range(len(cluster.offered)) if only is None else only:
+        offered = cluster.offered[h]
         n = len(offered) if need.whole else need.per_node
         if n == 0 or len(offered) < n:
             continue
@@ -62,7 +90,7 @@ def plan(job: QueuedJob, need: Need, cluster: Cluster, holders: dict[int, list[t
         extra[h] = max(0, min(len(free), len(free) + later - n))
         cluster.claim(h, free)
     reservation = Reservation(job.id, tuple(nodes), None if math.isinf(start) else start)
-    return Hold(job, [o[2] for o in chosen], start, free_now, extra, reservation)
+    return Hold(job, [o[2] for o in chosen], start, free_now, extra, reservation, sticky=only is not None)
 
 
 def place(hold: Hold, job: QueuedJob, need: Need, cluster: Cluster, harmless: bool, **meta: object) -> Placement | None:

@@ -73,6 +73,14 @@ class Cluster:
             self.free_gpus[h] = [i for i in self.free_gpus[h] if i not in gone]
             self.gpu.take(h, len(gone))
 
+    def release(self, h: int, gpus: Iterable[int]) -> None:
+        """Give claimed GPUs of host ``h`` back to the pool."""
+        back = set(gpus) - set(self.free_gpus[h])
+        if back:
+            old = len(self.free_gpus[h])
+            self.free_gpus[h] = sorted(set(self.free_gpus[h]) | back)
+            self.gpu._move(h, old, old + len(back))
+
     def place(self, job_id: str, need: Need, hosts: list[int], **meta: object) -> Placement:
         nodes = []
         for rank, h in enumerate(hosts):

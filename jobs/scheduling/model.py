@@ -155,10 +155,10 @@ class Preemption(NamedTuple):
 class Reservation:
     """Devices held for a queued job: nobody else gets them while it waits for them.
 
-    From a preemption: ``victims`` are the jobs stopping to make room; hand the reservation back to
-    the next passes until the job is placed (it then gets exactly these devices). From backfill:
-    ``from_s`` is when the job is expected to start (None: when the running jobs there end, their
-    timeouts unknown); each pass computes it again, so it needs no handing back.
+    Hand a decision's reservations back to the next pass. From a preemption: ``victims`` are the
+    jobs stopping to make room; the job gets exactly these devices once they have left. From
+    backfill: ``from_s`` is when the job is expected to start (None: when the running jobs there
+    end, their timeouts unknown); the next pass keeps the hosts held and computes it again.
     """
 
     job_id: str
@@ -179,8 +179,8 @@ class Decision:
     """One pass: the jobs to start now, and every other queued job with its position and reason.
 
     ``waiting`` iterates in the order the next pass will consider the jobs. ``preemptions`` are the
-    running jobs to stop; ``reservations`` the devices held for waiting jobs (pass the ones with
-    victims to the next pass).
+    running jobs to stop; ``reservations`` the devices held for waiting jobs (hand them to the next
+    pass).
     """
 
     placements: tuple[Placement, ...] = ()

@@ -36,19 +36,28 @@ def _meta(job: QueuedJob, now: float | None, borrowed: bool) -> dict[str, object
 
 
 def _carry(reservations: Iterable[Reservation], queued: dict[str, QueuedJob], hosts: list[Host],
-           running: list[Placement]) -> tuple[list[Reservation], list[Reservation]]:
-    """The reservations from earlier preemptions that still stand: (ready to place, still draining).
+           running: list[Placement]) -> tuple[list[Reservation], list[Reservation], Reservation | None]:
+    """The reservations of earlier passes that still stand: from preemptions, (ready to place, still
+    draining); and the backfill reservation of the first job in line, if any.
 
-    One stands while its job is queued, its hosts live and its GPUs offered, and each of its GPUs is
-    free or held by one of its victims; otherwise it is dropped and the job is considered afresh.
+    One from a preemption stands while its job is queued, its hosts live and its GPUs offered, and
+    each of its GPUs is free or held by one of its victims; otherwise it is dropped and the job is
+    considered afresh. A backfill one stands while its job is queued and its hosts live.
     """
     offered = {h.id: set(h.offered_gpus()) for h in hosts if h.alive}
     holder = {(n.host, g): p.job_id for p in running for n in p.nodes for g in n.gpus}
     claimed: set[tuple[str, int]] = set()
     ready, draining = [], []
-    for r in sorted(reservations, key=lambda r: order_key(queued[r.job_id]) if r.job_id in queued else ()):
+    head: Reservation | None = None
+    reservations = sorted(reservations, key=lambda r: order_key(queued[r.job_id]) if r.job_id in queued else ())
+    for r in reservations:
         job = queued.get(r.job_id)
         if job is None or len(r.nodes) != job.nnodes or job.device != "gpu":
+            continue
+        if not r.victims:
+            preempting = any(x.victims and x.job_id == r.job_id for x in reservations)
+            if head is None and all(n.host in offered for n in r.nodes) and not preempting:
+                head = r
             continue
         devices = [(n.host, g) for n in r.nodes for g in n.gpus]
         if any(n.host not in offered or not set(n.gpus) <= offered[n.host] for n in r.nodes) or claimed.intersection(devices):
@@ -58,7 +67,7 @@ def _carry(reservations: Iterable[Reservation], queued: dict[str, QueuedJob], ho
             continue
         claimed.update(devices)
         (draining if busy else ready).append(r)
-    return ready, draining
+    return ready, draining, head
 
 
 def schedule(queued: Iterable[QueuedJob], hosts: Iterable[Host], running: Iterable[Placement] = (), *,
@@ -69,7 +78,7 @@ def schedule(queued: Iterable[QueuedJob], hosts: Iterable[Host], running: Iterab
     ``running`` are the placements of the jobs that hold devices now; their GPUs and CPU slots are
     not free. Dead hosts get nothing. ``now`` is the time on the placements' clock (seconds);
     ``quotas`` maps owners to their quota (an owner not in it has no limit); ``reservations`` are
-    those of earlier decisions with victims. Raises ValueError for duplicate job or host ids, or a
+    those of the previous decision, handed back. Raises ValueError for duplicate job or host ids, or a
     job that is both queued and running.
     """
     jobs = sorted(queued, key=attrgetter("submitted_seq", "id"))
@@ -83,7 +92,7 @@ def schedule(queued: Iterable[QueuedJob], hosts: Iterable[Host], running: Iterab
     both = by_id.keys() & {p.job_id for p in running}
     if both:
         raise ValueError(f"jobs both queued and running: {sorted(both)}")
-    ready, draining = _carry(reservations, by_id, hosts, running)
+    ready, draining, head = _carry(reservations, by_id, hosts, running)
     placements: list[Placement] = []
     special: dict[str, str] = {}  # job id -> its reason, for the jobs this pass decided about by name
     held = [Placement("", r.nodes) for r in draining]
@@ -105,7 +114,12 @@ def schedule(queued: Iterable[QueuedJob], hosts: Iterable[Host], running: Iterab
     start = Snapshot(cluster)
 
     preemptions: list[Preemption] = []
+    blocked_at = 0  # jobs placed before the reserved job's turn
     hold: backfill.Hold | None = None
+    if head is not None and now is not None:
+        hosts_of = [cluster.number[n.host] for n in head.nodes]
+        hold = backfill.plan(by_id[head.job_id], Need.of(by_id[head.job_id]), cluster, _holders(running, placements, stopping, cluster),
+                             now, only=hosts_of)
     left: list[tuple[str, tuple, int]] = []  # (job id, its ask, jobs placed before it in this pass)
     needs: dict[tuple, Need] = {}
     # Free capacity only shrinks during a pass, so an ask that did not fit once does not fit again:
@@ -131,10 +145,26 @@ def schedule(queued: Iterable[QueuedJob], hosts: Iterable[Host], running: Iterab
                     gpus, cpu = sum(len(cluster.free_gpus[h]) for h in found) if need.whole else need.per_node * need.nnodes, 0
                 placements.append(cluster.place(job.id, need, found, **_meta(job, now, usage.borrows(job.owner, gpus, cpu))))
                 usage.add(job.owner, gpus, cpu)
+                if hold is not None and hold.job is job:
+                    backfill.release(hold, cluster)
+                    hold = None
                 continue
             no_fit.add(ask)
             if single:
                 smallest_misfit[need.device] = min(smallest_misfit[need.device], need.per_node)
+        if hold is not None and hold.job is job:
+            gpus = sum(len(cluster.offered[h]) for h in hold.hosts) if need.whole else need.per_node * need.nnodes
+            placed = backfill.take(hold, need, cluster, **_meta(job, now, usage.borrows(job.owner, gpus, 0)))
+            if placed is not None:
+                placements.append(placed)
+                usage.add(job.owner, gpus, 0)
+                hold = None
+            else:
+                special[job.id] = reasons.reserved(need, hold.reservation)
+            continue
+        if hold is not None and hold.sticky and job.priority > hold.job.priority and reasons.never(need, cluster) is None:
+            backfill.release(hold, cluster)  # a blocked job of higher priority takes the reservation over
+            hold = None
         if hold is not None:
             assert now is not None
             harmless = (job.timeout_s is not None and now + job.timeout_s <= hold.start) or preempt.may_preempt(
@@ -168,11 +198,32 @@ def schedule(queued: Iterable[QueuedJob], hosts: Iterable[Host], running: Iterab
             if hold is None and not usage.borrows(job.owner, asked, 0) and reasons.never(need, cluster) is None:
                 hold = backfill.plan(job, need, cluster, _holders(running, placements, stopping, cluster), now)
                 if hold is not None:
-                    kept.append(hold.reservation)
                     special[job.id] = reasons.reserved(need, hold.reservation)
+                    blocked_at = len(placements)
                     continue
         left.append((job.id, ask, len(placements)))
 
+    if now is not None:
+        # The reservation goes to the blocked job of the highest priority submitted first, whatever
+        # the fair-share order made the first one blocked in this pass: newer jobs of an owner that
+        # uses less must not keep a large job from ever holding a reservation.
+        oldest = min((by_id[j] for j, ask, _ in left if ask[0] == "gpu"), key=order_key, default=None)
+        if oldest is not None and (hold is None or order_key(oldest) < order_key(hold.job)):
+            need = needs[(oldest.device, oldest.nnodes, oldest.nproc_per_node)]
+            asked = 0 if need.whole else need.per_node * need.nnodes
+            if not usage.borrows(oldest.owner, asked, 0) and reasons.never(need, cluster) is None:
+                if hold is not None:
+                    backfill.release(hold, cluster)
+                    if special.pop(hold.job.id, None) is not None:
+                        job = hold.job
+                        left.append((job.id, (job.device, job.nnodes, job.nproc_per_node), blocked_at))
+                hold = backfill.plan(oldest, need, cluster, _holders(running, placements, stopping, cluster), now)
+                if hold is not None:
+                    special[oldest.id] = reasons.reserved(need, hold.reservation)
+                    left = [x for x in left if x[0] != oldest.id]
+
+    if hold is not None:
+        kept.append(hold.reservation)
     waiting: dict[str, Waiting] = {}
     for r in draining:
         waiting[r.job_id] = Waiting(len(waiting) + 1, special[r.job_id])
