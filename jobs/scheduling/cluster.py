@@ -77,9 +77,8 @@ class Cluster:
         """Give claimed GPUs of host ``h`` back to the pool."""
         back = set(gpus) - set(self.free_gpus[h])
         if back:
-            old = len(self.free_gpus[h])
             self.free_gpus[h] = sorted(set(self.free_gpus[h]) | back)
-            self.gpu._move(h, old, old + len(back))
+            self.gpu.give(h, len(back))
 
     def place(self, job_id: str, need: Need, hosts: list[int], **meta: object) -> Placement:
         nodes = []

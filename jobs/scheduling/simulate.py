@@ -8,8 +8,9 @@ here reads a clock or draws a random number it was not seeded for, so a replay i
 
 With ``stateful=True`` the policy also gets ``now``, ``quotas``, the reservations of the previous
 pass and ``min_runtime_s``, and its preemptions are carried out: the victim stops at once, keeps the
-work up to its last checkpoint (every ``checkpoint_every_s`` of its run; none when None), and goes
-back to the queue in its old place with the rest of its work to do.
+work up to its last checkpoint (every ``checkpoint_every_s`` of its run; 0: it checkpoints on the
+stop signal and keeps all; None: it keeps nothing), and goes back to the queue in its old place with
+the rest of its work to do.
 """
 
 from __future__ import annotations
@@ -217,7 +218,10 @@ def replay(trace: Sequence[TraceJob], hosts: Sequence[Host], policy: Policy, *, 
                     continue
                 job, run = by_id[victim], current[victim]
                 ran = t - run.start_s
-                kept = math.floor(ran / checkpoint_every_s) * checkpoint_every_s if checkpoint_every_s else 0.0
+                if checkpoint_every_s == 0:
+                    kept = ran  # it checkpoints on the stop signal, as torchyard's stop has it do
+                else:
+                    kept = math.floor(ran / checkpoint_every_s) * checkpoint_every_s if checkpoint_every_s else 0.0
                 lost += (ran - kept) * job.gpus * job.nnodes
                 left_s[victim] -= kept
                 run.run_s, run.preempted = ran, True
