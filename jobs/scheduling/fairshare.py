@@ -21,6 +21,7 @@ from jobs.scheduling.model import Placement, QueuedJob, Quota
 class Usage:
     def __init__(self, quotas: Mapping[str, Quota], owners: set[str], gpu_total: int, cpu_total: int, running: Iterable[Placement]):
         self.quotas = quotas
+        self.ratios: dict[str, float] = {}
         self.gpus: Counter[str] = Counter()
         self.cpu: Counter[str] = Counter()
         for p in running:
@@ -31,9 +32,16 @@ class Usage:
     def add(self, owner: str, gpus: int, cpu: int) -> None:
         self.gpus[owner] += gpus
         self.cpu[owner] += cpu
+        self.ratios.pop(owner, None)
 
     def ratio(self, owner: str) -> float:
         """The owner's dominant share: the larger of GPUs and CPU slots used over its share of each."""
+        r = self.ratios.get(owner)
+        if r is None:
+            r = self.ratios[owner] = self._ratio(owner)
+        return r
+
+    def _ratio(self, owner: str) -> float:
         quota = self.quotas.get(owner)
         gpu_share = quota.gpus if quota is not None and quota.gpus is not None else self.equal[0]
         cpu_share = quota.cpu_slots if quota is not None and quota.cpu_slots is not None else self.equal[1]
@@ -76,11 +84,18 @@ def fair_order(jobs: list[QueuedJob], ratio: Callable[[str], float]) -> Iterator
         heap = [(ratio(o), js[0].submitted_seq, js[0].id, o, 0) for o, js in lists.items()]
         heapq.heapify(heap)
         while heap:
-            _, _, _, owner, i = heap[0]
-            yield lists[owner][i]
-            i += 1
-            if i < len(lists[owner]):
-                nxt = lists[owner][i]
-                heapq.heapreplace(heap, (ratio(owner), nxt.submitted_seq, nxt.id, owner, i))
-            else:
-                heapq.heappop(heap)
+            _, _, _, owner, i = heapq.heappop(heap)
+            js = lists[owner]
+            # The same owner goes on while it stays ahead of the best other head: no heap work for the
+            # long runs of jobs that do not change its use.
+            other = heap[0] if heap else None
+            while True:
+                yield js[i]
+                i += 1
+                if i == len(js):
+                    break
+                if other is not None:
+                    key = (ratio(owner), js[i].submitted_seq, js[i].id)
+                    if key > other[:3]:
+                        heapq.heappush(heap, (*key, owner, i))
+                        break

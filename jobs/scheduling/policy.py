@@ -114,7 +114,6 @@ def schedule(queued: Iterable[QueuedJob], hosts: Iterable[Host], running: Iterab
     start = Snapshot(cluster)
 
     preemptions: list[Preemption] = []
-    blocked_at = 0  # jobs placed before the reserved job's turn
     hold: backfill.Hold | None = None
     if head is not None and now is not None:
         hosts_of = [cluster.number[n.host] for n in head.nodes]
@@ -128,9 +127,7 @@ def schedule(queued: Iterable[QueuedJob], hosts: Iterable[Host], running: Iterab
     no_victims: set[tuple] = set()
     smallest_misfit = {"gpu": math.inf, "cpu": math.inf}  # single-node asks of at least this many fail
     done = set(special) | {r.job_id for r in ready}
-    considered: list[QueuedJob] = []
     for job in fair_order([j for j in jobs if j.id not in done], usage.ratio):
-        considered.append(job)
         ask = (job.device, job.nnodes, job.nproc_per_node)
         need = needs.get(ask)
         if need is None:
@@ -161,6 +158,7 @@ def schedule(queued: Iterable[QueuedJob], hosts: Iterable[Host], running: Iterab
                 hold = None
             else:
                 special[job.id] = reasons.reserved(need, hold.reservation)
+                left.append((job.id, ask, len(placements)))
             continue
         if hold is not None and hold.sticky and job.priority > hold.job.priority and reasons.never(need, cluster) is None:
             backfill.release(hold, cluster)  # a blocked job of higher priority takes the reservation over
@@ -194,12 +192,13 @@ def schedule(queued: Iterable[QueuedJob], hosts: Iterable[Host], running: Iterab
                         preemptions.append(Preemption(v.job_id, job.id, reasons.preempted(job, reclaims, v)))
                     kept.append(Reservation(job.id, nodes, now, tuple(v.job_id for v in found_victims.victims)))
                     special[job.id] = reasons.preempting(found_victims.victims)
+                    left.append((job.id, ask, len(placements)))
                     continue
             if hold is None and not usage.borrows(job.owner, asked, 0) and reasons.never(need, cluster) is None:
                 hold = backfill.plan(job, need, cluster, _holders(running, placements, stopping, cluster), now)
                 if hold is not None:
                     special[job.id] = reasons.reserved(need, hold.reservation)
-                    blocked_at = len(placements)
+                    left.append((job.id, ask, len(placements)))
                     continue
         left.append((job.id, ask, len(placements)))
 
@@ -207,20 +206,17 @@ def schedule(queued: Iterable[QueuedJob], hosts: Iterable[Host], running: Iterab
         # The reservation goes to the blocked job of the highest priority submitted first, whatever
         # the fair-share order made the first one blocked in this pass: newer jobs of an owner that
         # uses less must not keep a large job from ever holding a reservation.
-        oldest = min((by_id[j] for j, ask, _ in left if ask[0] == "gpu"), key=order_key, default=None)
+        oldest = min((by_id[j] for j, ask, _ in left if ask[0] == "gpu" and j not in special), key=order_key, default=None)
         if oldest is not None and (hold is None or order_key(oldest) < order_key(hold.job)):
             need = needs[(oldest.device, oldest.nnodes, oldest.nproc_per_node)]
             asked = 0 if need.whole else need.per_node * need.nnodes
             if not usage.borrows(oldest.owner, asked, 0) and reasons.never(need, cluster) is None:
                 if hold is not None:
                     backfill.release(hold, cluster)
-                    if special.pop(hold.job.id, None) is not None:
-                        job = hold.job
-                        left.append((job.id, (job.device, job.nnodes, job.nproc_per_node), blocked_at))
+                    special.pop(hold.job.id, None)
                 hold = backfill.plan(oldest, need, cluster, _holders(running, placements, stopping, cluster), now)
                 if hold is not None:
                     special[oldest.id] = reasons.reserved(need, hold.reservation)
-                    left = [x for x in left if x[0] != oldest.id]
 
     if hold is not None:
         kept.append(hold.reservation)
@@ -228,18 +224,18 @@ def schedule(queued: Iterable[QueuedJob], hosts: Iterable[Host], running: Iterab
     for r in draining:
         waiting[r.job_id] = Waiting(len(waiting) + 1, special[r.job_id])
     reason_of: dict[tuple, str | None] = {}  # None: it fitted at the start, so the jobs ahead took it
+    never_of: dict[tuple, str | None] = {}
     ahead: dict[int, str] = {}
-    left_at = {job_id: (ask, before) for job_id, ask, before in left}
-    for job in considered:
-        if job.id in special:
-            waiting[job.id] = Waiting(len(waiting) + 1, special[job.id])
+    for job_id, ask, before in left:
+        if job_id in special:
+            waiting[job_id] = Waiting(len(waiting) + 1, special[job_id])
             continue
-        if job.id not in left_at:
-            continue
-        ask, before = left_at[job.id]
+        job = by_id[job_id]
         need = needs[ask]
-        text = reasons.never(need, cluster)
-        quota = quotas.get(job.owner)
+        if ask not in never_of:
+            never_of[ask] = None if start.fits(need) else reasons.never(need, cluster)
+        text = never_of[ask]
+        quota = quotas.get(job.owner) if quotas else None
         if text is None and quota is not None and quota.gpus is not None and need.device == "gpu":
             used, asked = usage.gpus[job.owner], need.per_node * need.nnodes
             if used + asked > quota.gpus:
@@ -253,7 +249,7 @@ def schedule(queued: Iterable[QueuedJob], hosts: Iterable[Host], running: Iterab
                 text = reason_of[ask] = None if start.fits(need) else reasons.capacity(need, cluster)
             if text is None:
                 text = ahead.get(before) or ahead.setdefault(before, reasons.ahead(before))
-        waiting[job.id] = Waiting(len(waiting) + 1, text)
+        waiting[job_id] = Waiting(len(waiting) + 1, text)
     return Decision(tuple(placements), waiting, tuple(preemptions), tuple(kept))
 
 
