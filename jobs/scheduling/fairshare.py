@@ -88,14 +88,17 @@ def fair_order(jobs: list[QueuedJob], ratio: Callable[[str], float]) -> Iterator
             js = lists[owner]
             # The same owner goes on while it stays ahead of the best other head: no heap work for the
             # long runs of jobs that do not change its use.
-            other = heap[0] if heap else None
+            other = heap[0][:3] if heap else None
             while True:
                 yield js[i]
                 i += 1
                 if i == len(js):
                     break
                 if other is not None:
-                    key = (ratio(owner), js[i].submitted_seq, js[i].id)
-                    if key > other[:3]:
+                    r = ratio(owner)
+                    if r < other[0]:
+                        continue
+                    key = (r, js[i].submitted_seq, js[i].id)
+                    if key > other:
                         heapq.heappush(heap, (*key, owner, i))
                         break
