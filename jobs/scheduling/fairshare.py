@@ -12,7 +12,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from itertools import groupby
 
 from jobs.scheduling.model import Placement, QueuedJob, Quota
@@ -22,6 +22,7 @@ class Usage:
     def __init__(self, quotas: Mapping[str, Quota], owners: set[str], gpu_total: int, cpu_total: int, running: Iterable[Placement]):
         self.quotas = quotas
         self.ratios: dict[str, float] = {}
+        self.version = 0  # bumped by every change of use
         self.gpus: Counter[str] = Counter()
         self.cpu: Counter[str] = Counter()
         for p in running:
@@ -33,6 +34,7 @@ class Usage:
         self.gpus[owner] += gpus
         self.cpu[owner] += cpu
         self.ratios.pop(owner, None)
+        self.version += 1
 
     def ratio(self, owner: str) -> float:
         """The owner's dominant share: the larger of GPUs and CPU slots used over its share of each."""
@@ -67,13 +69,14 @@ def _over(used: float, share: float) -> float:
     return math.inf if used else 0.0
 
 
-def fair_order(jobs: list[QueuedJob], ratio: Callable[[str], float]) -> Iterator[QueuedJob]:
+def fair_order(jobs: list[QueuedJob], usage: Usage) -> Iterator[QueuedJob]:
     """``jobs`` (sorted by priority, then submission order) in the order a pass considers them.
 
     Within a priority level the next job is the head of the owner with the lowest ``ratio`` (then the
-    earliest submitted head); ``ratio`` is read again after each job is yielded, because a placement
-    the caller makes in between changes its owner's use.
+    earliest submitted head); the owner's ratio is read again after a job is yielded if the caller
+    changed the use in between (it placed the job).
     """
+    ratio = usage.ratio
     for _, level in groupby(jobs, key=lambda j: j.priority):
         lists: dict[str, list[QueuedJob]] = {}
         for job in level:
@@ -89,13 +92,15 @@ def fair_order(jobs: list[QueuedJob], ratio: Callable[[str], float]) -> Iterator
             # The same owner goes on while it stays ahead of the best other head: no heap work for the
             # long runs of jobs that do not change its use.
             other = heap[0][:3] if heap else None
+            r, seen = ratio(owner), usage.version
             while True:
                 yield js[i]
                 i += 1
                 if i == len(js):
                     break
                 if other is not None:
-                    r = ratio(owner)
+                    if usage.version != seen:
+                        r, seen = ratio(owner), usage.version
                     if r < other[0]:
                         continue
                     key = (r, js[i].submitted_seq, js[i].id)

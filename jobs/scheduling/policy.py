@@ -127,7 +127,7 @@ def schedule(queued: Iterable[QueuedJob], hosts: Iterable[Host], running: Iterab
     no_victims: set[tuple] = set()
     smallest_misfit = {"gpu": math.inf, "cpu": math.inf}  # single-node asks of at least this many fail
     done = set(special) | {r.job_id for r in ready}
-    for job in fair_order([j for j in jobs if j.id not in done], usage.ratio):
+    for job in fair_order([j for j in jobs if j.id not in done], usage):
         ask = (job.device, job.nnodes, job.nproc_per_node)
         need = needs.get(ask)
         if need is None:
@@ -206,17 +206,25 @@ def schedule(queued: Iterable[QueuedJob], hosts: Iterable[Host], running: Iterab
         # The reservation goes to the blocked job of the highest priority submitted first, whatever
         # the fair-share order made the first one blocked in this pass: newer jobs of an owner that
         # uses less must not keep a large job from ever holding a reservation.
-        oldest = min((by_id[j] for j, ask, _ in left if ask[0] == "gpu" and j not in special), key=order_key, default=None)
+        never: dict[tuple, bool] = {}
+
+        def may_hold(job_id: str, ask: tuple) -> bool:
+            if ask[0] != "gpu" or job_id in special:
+                return False
+            need = needs[ask]
+            if ask not in never:
+                never[ask] = reasons.never(need, cluster) is not None
+            return not never[ask] and not usage.borrows(by_id[job_id].owner, 0 if need.whole else need.per_node * need.nnodes, 0)
+
+        oldest = min((by_id[j] for j, ask, _ in left if may_hold(j, ask)), key=order_key, default=None)
         if oldest is not None and (hold is None or order_key(oldest) < order_key(hold.job)):
             need = needs[(oldest.device, oldest.nnodes, oldest.nproc_per_node)]
-            asked = 0 if need.whole else need.per_node * need.nnodes
-            if not usage.borrows(oldest.owner, asked, 0) and reasons.never(need, cluster) is None:
-                if hold is not None:
-                    backfill.release(hold, cluster)
-                    special.pop(hold.job.id, None)
-                hold = backfill.plan(oldest, need, cluster, _holders(running, placements, stopping, cluster), now)
-                if hold is not None:
-                    special[oldest.id] = reasons.reserved(need, hold.reservation)
+            if hold is not None:
+                backfill.release(hold, cluster)
+                special.pop(hold.job.id, None)
+            hold = backfill.plan(oldest, need, cluster, _holders(running, placements, stopping, cluster), now)
+            if hold is not None:
+                special[oldest.id] = reasons.reserved(need, hold.reservation)
 
     if hold is not None:
         kept.append(hold.reservation)
