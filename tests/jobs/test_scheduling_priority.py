@@ -3,6 +3,7 @@ preemption and the reservation it leaves, and backfill in front of a waiting lar
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import datetime, timezone
 
 from jobs.scheduling import Host, NodePlacement, Placement, QueuedJob, schedule
@@ -120,3 +121,21 @@ def test_gpus_the_reserved_job_will_not_need_stay_usable_by_anyone() -> None:
     # At its start 8 GPUs are free and it needs 4: of the 2 free now, both may be used indefinitely.
     assert [p.job_id for p in decision.placements] == ["a", "b"]
     assert "reserved for it from about 13:00" in decision.waiting["four"].reason
+
+
+def test_a_reservation_handed_back_keeps_its_host_held_until_a_higher_priority_job_needs_it() -> None:
+    hosts = [host("gpu-a"), host("gpu-b")]
+    running = [run("r1", (0, 1, 2, 3, 4, 5), timeout_s=2 * HOUR), run("r2", tuple(range(8)), host_id="gpu-b", timeout_s=3 * HOUR)]
+    first = schedule([job("big", 8, seq=1)], hosts, running, now=NOON)
+    assert [n.host for r in first.reservations for n in r.nodes] == ["gpu-a"]
+    # r1 ends early; bob, who uses nothing, submits a job with no timeout: gpu-a stays held for big.
+    later = schedule([job("big", 8, seq=1), job("bob-1", 2, owner="bob", seq=2)], hosts, running[1:], now=NOON + 600,
+                     reservations=first.reservations)
+    assert [(p.job_id, p.nodes[0].host) for p in later.placements] == [("big", "gpu-a")]
+    assert later.waiting["bob-1"].reason.startswith("waiting for 2 GPUs on one host: gpu-b is reserved for it from about 14:00")
+    # A blocked job of higher priority takes the reservation over (nothing here may be preempted).
+    protected = [dataclasses.replace(p, preemptible=False) for p in running]
+    urgent = schedule([job("big", 8, seq=1), job("urgent", 8, seq=2, priority=90)], hosts, protected, now=NOON + 60,
+                      reservations=first.reservations)
+    assert [(r.job_id, r.nodes[0].host) for r in urgent.reservations] == [("urgent", "gpu-a")]
+    assert urgent.waiting["big"].reason == "needs 8 GPUs on one host; all GPUs are busy"
