@@ -127,7 +127,64 @@ def schedule(queued: Iterable[QueuedJob], hosts: Iterable[Host], running: Iterab
     no_victims: set[tuple] = set()
     smallest_misfit = {"gpu": math.inf, "cpu": math.inf}  # single-node asks of at least this many fail
     done = set(special) | {r.job_id for r in ready}
+    # The reservation goes to the blocked job of the highest priority submitted first (the order of
+    # ``jobs``), whatever the fair-share order made the first one blocked: newer jobs of an owner that
+    # uses less must not keep a large job from ever holding one. So it is planned once every job
+    # before that one in ``jobs`` has had its turn.
+    seen: set[str] = set(done)
+    first = 0  # index in jobs of the first job not yet seen
+    oldest: QueuedJob | None = None  # the oldest blocked job that may hold a reservation
+    never: dict[tuple, bool] = {}
+
+    def place(job: QueuedJob, need: Need, found: list[int]) -> None:
+        if need.device == "cpu":
+            gpus, cpu = 0, need.per_node * need.nnodes
+        else:
+            gpus, cpu = sum(len(cluster.free_gpus[h]) for h in found) if need.whole else need.per_node * need.nnodes, 0
+        placements.append(cluster.place(job.id, need, found, **_meta(job, now, usage.borrows(job.owner, gpus, cpu))))
+        usage.add(job.owner, gpus, cpu)
+
+    def released() -> None:
+        """GPUs came free in the middle of the pass: the jobs that waited for them get them first."""
+        nonlocal oldest
+        no_fit.clear()
+        smallest_misfit.update(gpu=math.inf, cpu=math.inf)
+        still = []
+        for entry in left:
+            job_id, ask, _ = entry
+            found = None if job_id in special else cluster.find(needs[ask])
+            if found is None:
+                still.append(entry)
+            else:
+                place(by_id[job_id], needs[ask], found)
+        left[:] = still
+        if oldest is not None and all(e[0] != oldest.id for e in left):
+            oldest = min((by_id[e[0]] for e in left if may_hold(e[0], e[1])), key=order_key, default=None)
+
+    def may_hold(job_id: str, ask: tuple) -> bool:
+        if ask[0] != "gpu" or job_id in special:
+            return False
+        need = needs[ask]
+        if ask not in never:
+            never[ask] = reasons.never(need, cluster) is not None
+        return not never[ask] and not usage.borrows(by_id[job_id].owner, 0 if need.whole else need.per_node * need.nnodes, 0)
+
+    def reserve() -> None:
+        nonlocal first, hold, oldest
+        while first < len(jobs) and jobs[first].id in seen:
+            first += 1
+        if hold is None and oldest is not None and (first == len(jobs) or order_key(jobs[first]) > order_key(oldest)):
+            assert now is not None
+            need = needs[(oldest.device, oldest.nnodes, oldest.nproc_per_node)]
+            hold = backfill.plan(oldest, need, cluster, _holders(running, placements, stopping, cluster), now)
+            if hold is not None:
+                special[oldest.id] = reasons.reserved(need, hold.reservation)
+            oldest = None
+
     for job in fair_order([j for j in jobs if j.id not in done], usage):
+        if now is not None:
+            reserve()
+            seen.add(job.id)
         ask = (job.device, job.nnodes, job.nproc_per_node)
         need = needs.get(ask)
         if need is None:
@@ -136,15 +193,11 @@ def schedule(queued: Iterable[QueuedJob], hosts: Iterable[Host], running: Iterab
             single = need.nnodes == 1 and not need.whole
             found = None if single and need.per_node >= smallest_misfit[need.device] else cluster.find(need)
             if found is not None:
-                if need.device == "cpu":
-                    gpus, cpu = 0, need.per_node * need.nnodes
-                else:
-                    gpus, cpu = sum(len(cluster.free_gpus[h]) for h in found) if need.whole else need.per_node * need.nnodes, 0
-                placements.append(cluster.place(job.id, need, found, **_meta(job, now, usage.borrows(job.owner, gpus, cpu))))
-                usage.add(job.owner, gpus, cpu)
+                place(job, need, found)
                 if hold is not None and hold.job is job:
                     backfill.release(hold, cluster)
                     hold = None
+                    released()
                 continue
             no_fit.add(ask)
             if single:
@@ -156,6 +209,7 @@ def schedule(queued: Iterable[QueuedJob], hosts: Iterable[Host], running: Iterab
                 placements.append(placed)
                 usage.add(job.owner, gpus, 0)
                 hold = None
+                released()
             else:
                 special[job.id] = reasons.reserved(need, hold.reservation)
                 left.append((job.id, ask, len(placements)))
@@ -163,6 +217,11 @@ def schedule(queued: Iterable[QueuedJob], hosts: Iterable[Host], running: Iterab
         if hold is not None and hold.sticky and job.priority > hold.job.priority and reasons.never(need, cluster) is None:
             backfill.release(hold, cluster)  # a blocked job of higher priority takes the reservation over
             hold = None
+            released()
+            found = cluster.find(need)
+            if found is not None:
+                place(job, need, found)
+                continue
         if hold is not None:
             assert now is not None
             harmless = (job.timeout_s is not None and now + job.timeout_s <= hold.start) or preempt.may_preempt(
@@ -194,37 +253,11 @@ def schedule(queued: Iterable[QueuedJob], hosts: Iterable[Host], running: Iterab
                     special[job.id] = reasons.preempting(found_victims.victims)
                     left.append((job.id, ask, len(placements)))
                     continue
-            if hold is None and not usage.borrows(job.owner, asked, 0) and reasons.never(need, cluster) is None:
-                hold = backfill.plan(job, need, cluster, _holders(running, placements, stopping, cluster), now)
-                if hold is not None:
-                    special[job.id] = reasons.reserved(need, hold.reservation)
-                    left.append((job.id, ask, len(placements)))
-                    continue
+            if (oldest is None or order_key(job) < order_key(oldest)) and may_hold(job.id, ask):
+                oldest = job
         left.append((job.id, ask, len(placements)))
-
     if now is not None:
-        # The reservation goes to the blocked job of the highest priority submitted first, whatever
-        # the fair-share order made the first one blocked in this pass: newer jobs of an owner that
-        # uses less must not keep a large job from ever holding a reservation.
-        never: dict[tuple, bool] = {}
-
-        def may_hold(job_id: str, ask: tuple) -> bool:
-            if ask[0] != "gpu" or job_id in special:
-                return False
-            need = needs[ask]
-            if ask not in never:
-                never[ask] = reasons.never(need, cluster) is not None
-            return not never[ask] and not usage.borrows(by_id[job_id].owner, 0 if need.whole else need.per_node * need.nnodes, 0)
-
-        oldest = min((by_id[j] for j, ask, _ in left if may_hold(j, ask)), key=order_key, default=None)
-        if oldest is not None and (hold is None or order_key(oldest) < order_key(hold.job)):
-            need = needs[(oldest.device, oldest.nnodes, oldest.nproc_per_node)]
-            if hold is not None:
-                backfill.release(hold, cluster)
-                special.pop(hold.job.id, None)
-            hold = backfill.plan(oldest, need, cluster, _holders(running, placements, stopping, cluster), now)
-            if hold is not None:
-                special[oldest.id] = reasons.reserved(need, hold.reservation)
+        reserve()
 
     if hold is not None:
         kept.append(hold.reservation)

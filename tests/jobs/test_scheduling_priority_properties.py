@@ -22,7 +22,8 @@ OWNERS = ["alice", "bob", "carol"]
 
 @st.composite
 def world(draw: st.DrawFn) -> tuple[list[Host], list[Placement], list[QueuedJob], dict[str, Quota]]:
-    hosts = [Host(f"h{i}", tuple(range(draw(st.integers(0, 8))))) for i in range(draw(st.integers(1, 4)))]
+    hosts = [Host(f"h{i}", tuple(range(draw(st.integers(0, 8)))), cpu_slots=draw(st.integers(0, 4)), alive=draw(st.integers(0, 6)) > 0)
+             for i in range(draw(st.integers(1, 4)))]
     running: list[Placement] = []
     for h in hosts:
         free = list(h.gpus)
@@ -35,7 +36,9 @@ def world(draw: st.DrawFn) -> tuple[list[Host], list[Placement], list[QueuedJob]
                 started_at=draw(st.sampled_from([None, NOW, NOW - 100, NOW - 400, NOW - 5000])),
                 timeout_s=draw(st.sampled_from([None, 600.0, 3600.0, 7200.0])), borrowed=draw(st.booleans())))
     queue = [QueuedJob(f"q{i}", draw(st.sampled_from(OWNERS)), draw(st.sampled_from([1, 1, 1, 2])),
-                       draw(st.sampled_from([1, 1, 2, 3, 4, 8, "gpu"])), "gpu", submitted_seq=i,
+                       *draw(st.sampled_from([1, 1, 2, 3, 4, 8, "gpu"]).map(lambda n: (n, "gpu"))
+                             | st.integers(1, 3).map(lambda n: (n, "cpu"))),
+                       submitted_seq=i,
                        priority=draw(st.sampled_from([10, 50, 90])), timeout_s=draw(st.sampled_from([None, 300.0, 1800.0, 9000.0])),
                        preemptible=draw(st.booleans()))
              for i in range(draw(st.integers(0, 12)))]
@@ -145,12 +148,14 @@ def test_a_lower_priority_job_starts_before_a_waiting_higher_one_only_where_it_c
         low = jobs[p.job_id]
         for wid in decision.waiting:
             high = jobs[wid]
+            if high.device != "gpu" or low.device != "gpu":
+                continue  # CPU slots are another resource; the property tests of the pass check those
             if high.priority <= low.priority or any(r.job_id == wid and r.victims for r in decision.reservations):
                 continue
             if {n.host for n in p.nodes} & head_hosts:
                 continue  # backfill on the reserved host: it ends before the reserved start, or gives way
             free = {h.id: {g for g in h.gpus if (h.id, g) not in busy} for h in hosts
-                    if not (head is not None and wid != head.job_id and h.id in head_hosts)}
+                    if h.alive and not (head is not None and wid != head.job_id and h.id in head_hosts)}
             for n in p.nodes:
                 if n.host in free:
                     free[n.host] |= set(n.gpus)
