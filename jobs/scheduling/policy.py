@@ -6,9 +6,10 @@ exactly the GPUs held for them. Each job gets the best fit that holds it now: ``
 live hosts with the fewest free units that still fit, so the hosts with the most free stay whole
 for the jobs that need them; a gang gets all its hosts in this decision or none. A job that does
 not fit may preempt (``preempt``; it is placed in a later pass, once its victims have checkpointed
-and left). Otherwise the pass goes on to the jobs behind it, except that the first GPU job that
-waits this way gets a reservation (``backfill``) that later jobs may use only where they cannot
-delay it. Preemption and backfill need ``now``; without it a job that does not fit just waits.
+and left). Otherwise the pass goes on to the jobs behind it, except that the waiting GPU job of the
+highest priority submitted first gets a reservation (``backfill``) that the jobs after it may use
+only where they cannot delay it. Preemption and backfill need ``now``; without it a job that does
+not fit just waits, as before.
 """
 
 from __future__ import annotations
