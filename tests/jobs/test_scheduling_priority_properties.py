@@ -178,4 +178,4 @@ def test_a_large_job_starts_within_a_bound_behind_a_stream_of_small_ones(seed: i
     hosts = [Host(f"h{i}", tuple(range(8))) for i in range(hosts_n)]
     result = replay(trace, hosts, schedule, stateful=True, min_runtime_s=0)
     start = next(r.start_s for r in result.runs if r.job.id == "big")
-    assert start - big_at <= 4 * longest
+    assert start - big_at <= 6 * longest  # without the reservation it waits over 1,200 s in most of these traces
