@@ -124,6 +124,14 @@ def rows(results: dict[str, Any]) -> list[Row]:
             out.append(("11 scheduler", f"replay {x['jobs']:,} jobs on {cfg['replay_hosts']}: {label}",
                         f"utilisation {_n(100 * x['utilisation'], 1)}%; queueing delay mean {_n(x['mean_wait_h'], 2)} h, "
                         f"p99 {_n(x['p99_wait_h'], 1)} h", f"mean delay by GPUs asked (h) {by_size}"))
+        for demand, runs in sc.get("priority", {}).items():
+            if demand == "config":
+                continue
+            for name, x in runs.items():
+                out.append(("11 scheduler", f"priority replay, {demand}: {name}",
+                            f"high priority wait p50 {_n(x['high_p50_wait_h'], 2)} h, p99 {_n(x['high_p99_wait_h'], 2)} h; "
+                            f"utilisation {_n(100 * x['utilisation'], 1)}% ({_n(100 * x['useful_utilisation'], 1)}% without lost work)",
+                            f"Jain {_n(x['jain'], 3)}; {x['preemptions']} preemptions"))
     if k := results.get("code"):
         for kind, u in k["upload"].items():
             out.append(("7 your own code", f"50 MiB directory ({kind}), first submit --workdir",

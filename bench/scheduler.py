@@ -3,7 +3,8 @@
 (a) One pass of ``jobs.scheduling.schedule`` over 1,000 hosts x 8 GPUs and 10,000 queued jobs, on an
 idle cluster, a half-busy one and a full one (goal: under 100 ms). (b) A discrete-event replay of a
 synthetic trace of 1,000 jobs on four 8-GPU hosts, the scheduler against the one-job-per-worker FIFO
-the workers ran before it: GPU utilisation (goal: at least 90%) and queueing delay."""
+the workers ran before it: GPU utilisation (goal: at least 90%) and queueing delay. (c) ``bench.priority``:
+priorities, fair share, quotas, preemption and backfill in the same replay."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import statistics
 import time
 from typing import Any
 
+from bench import priority
 from bench.common import Ctx, pct
 from jobs.scheduling import Host, NodePlacement, Placement, QueuedJob, schedule
 from jobs.scheduling.simulate import Replay, head_of_line, replay, synthetic_trace, whole_host_fifo
@@ -99,5 +101,6 @@ def scheduler(ctx: Ctx) -> dict[str, Any]:
                    "trace_sizes": SIZES, "trace_weights": WEIGHTS, "replay_hosts": "4 x 8 GPUs", "goals": GOALS},
         "pass": pass_time(5 if ctx.quick else 21),
         "replay": replays(),
+        "priority": priority.priority(),
     }
 

@@ -2,9 +2,12 @@
 
 ``schedule(queued, hosts, running) -> Decision`` is a pure function (no I/O, no clock): the leader
 runs it and writes its answer; tests and trace replays (``jobs.scheduling.simulate``) call it as is.
+With ``now``, ``quotas`` and the previous decision's ``reservations`` it also preempts, lends quota
+and reserves hosts for the first blocked job (see ``policy``).
 """
 
-from jobs.scheduling.model import WHOLE_HOST, Decision, Host, NodePlacement, Placement, QueuedJob, Waiting
-from jobs.scheduling.policy import order_key, schedule
+from jobs.scheduling.model import WHOLE_HOST, Decision, Host, NodePlacement, Placement, Preemption, QueuedJob, Quota, Reservation, Waiting
+from jobs.scheduling.policy import DEFAULT_MIN_RUNTIME_S, order_key, schedule
 
-__all__ = ["WHOLE_HOST", "Decision", "Host", "NodePlacement", "Placement", "QueuedJob", "Waiting", "order_key", "schedule"]
+__all__ = ["DEFAULT_MIN_RUNTIME_S", "WHOLE_HOST", "Decision", "Host", "NodePlacement", "Placement", "Preemption", "QueuedJob", "Quota",
+           "Reservation", "Waiting", "order_key", "schedule"]

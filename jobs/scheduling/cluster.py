@@ -51,6 +51,8 @@ class Cluster:
         # What the live hosts have at all, busy or not: a job that exceeds it can never run on them.
         self.gpu_inventory = Pool(list(self.gpu.totals), self.gpu.totals)
         self.cpu_inventory = Pool(list(self.cpu.totals), self.cpu.totals)
+        self.number = number
+        self.offered = [h.offered_gpus() for h in live]
 
     def pool(self, device: str) -> Pool:
         return self.gpu if device == "gpu" else self.cpu
@@ -64,7 +66,21 @@ class Cluster:
             return self.gpu.whole_hosts(need.nnodes)
         return self.pool(need.device).best_fit(need.per_node, need.nnodes)
 
-    def place(self, job_id: str, need: Need, hosts: list[int]) -> Placement:
+    def claim(self, h: int, gpus: Iterable[int]) -> None:
+        """Take these free GPUs of host ``h`` out of the pool (held for a job that is not placed yet)."""
+        gone = set(gpus) & set(self.free_gpus[h])
+        if gone:
+            self.free_gpus[h] = [i for i in self.free_gpus[h] if i not in gone]
+            self.gpu.take(h, len(gone))
+
+    def release(self, h: int, gpus: Iterable[int]) -> None:
+        """Give claimed GPUs of host ``h`` back to the pool."""
+        back = set(gpus) - set(self.free_gpus[h])
+        if back:
+            self.free_gpus[h] = sorted(set(self.free_gpus[h]) | back)
+            self.gpu.give(h, len(back))
+
+    def place(self, job_id: str, need: Need, hosts: list[int], **meta: object) -> Placement:
         nodes = []
         for rank, h in enumerate(hosts):
             if need.device == "cpu":
@@ -77,7 +93,7 @@ class Cluster:
             self.free_gpus[h] = [i for i in free if i not in gpus]
             self.gpu.take(h, n)
             nodes.append(NodePlacement(rank, self.ids[h], gpus=gpus))
-        return Placement(job_id, tuple(nodes))
+        return Placement(job_id, tuple(nodes), **meta)  # type: ignore[arg-type]
 
 
 class Snapshot:

@@ -7,6 +7,7 @@ before they get here, so one reaching the policy is a bug upstream, not a user's
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
@@ -63,8 +64,14 @@ class QueuedJob:
     device: Device = "gpu"
     submitted_seq: int = 0
     priority: int = DEFAULT_PRIORITY
+    timeout_s: float | None = None
+    preemptible: bool = True
 
     def __post_init__(self) -> None:
+        if isinstance(self.priority, bool) or not isinstance(self.priority, int) or not 0 <= self.priority <= 100:
+            raise ValueError(f"job {self.id}: priority must be an integer 0-100, got {self.priority!r}")
+        if self.timeout_s is not None and not self.timeout_s > 0:
+            raise ValueError(f"job {self.id}: timeout_s must be positive, got {self.timeout_s!r}")
         if self.device not in ("gpu", "cpu"):
             raise ValueError(f"job {self.id}: device must be gpu or cpu, got {self.device!r}")
         if isinstance(self.nnodes, bool) or not isinstance(self.nnodes, int) or self.nnodes < 1:
@@ -92,10 +99,72 @@ class NodePlacement:
 
 @dataclass(frozen=True)
 class Placement:
-    """Where a job runs: one node per host, node rank 0 first (it hosts torchrun's rendezvous)."""
+    """Where a job runs: one node per host, node rank 0 first (it hosts torchrun's rendezvous).
+
+    The rest is what preemption, quotas and backfill read of a running job: ``started_at`` (seconds
+    on the caller's clock; None: unknown, so never preempted), ``timeout_s`` (the most it may run;
+    None: unknown), and ``borrowed``: it was placed beyond its owner's quota, so an owner within
+    its own quota may take its GPUs back.
+    """
 
     job_id: str
     nodes: tuple[NodePlacement, ...]
+    owner: str = ""
+    priority: int = DEFAULT_PRIORITY
+    preemptible: bool = True
+    started_at: float | None = None
+    timeout_s: float | None = None
+    borrowed: bool = False
+
+    @property
+    def gpu_count(self) -> int:
+        return sum(len(n.gpus) for n in self.nodes)
+
+    @property
+    def cpu_count(self) -> int:
+        return sum(n.cpu_slots for n in self.nodes)
+
+    def expected_end(self) -> float:
+        """When it ends at the latest (started_at + timeout_s); infinity when either is unknown."""
+        if self.started_at is None or self.timeout_s is None:
+            return math.inf
+        return self.started_at + self.timeout_s
+
+
+@dataclass(frozen=True)
+class Quota:
+    """An owner's guaranteed share: GPUs and CPU slots (None: no limit on that resource)."""
+
+    gpus: int | None = None
+    cpu_slots: int | None = None
+
+    def __post_init__(self) -> None:
+        if any(v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0) for v in (self.gpus, self.cpu_slots)):
+            raise ValueError(f"quota values must be non-negative integers or None, got {self.gpus!r}, {self.cpu_slots!r}")
+
+
+class Preemption(NamedTuple):
+    """A running job to stop (checkpoint first) so that ``by_job_id`` fits, and why, in words."""
+
+    victim_job_id: str
+    by_job_id: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """Devices held for a queued job: nobody else gets them while it waits for them.
+
+    Hand a decision's reservations back to the next pass. From a preemption: ``victims`` are the
+    jobs stopping to make room; the job gets exactly these devices once they have left. From
+    backfill: ``from_s`` is when the job is expected to start (None: when the running jobs there
+    end, their timeouts unknown); the next pass keeps the hosts held and computes it again.
+    """
+
+    job_id: str
+    nodes: tuple[NodePlacement, ...]
+    from_s: float | None = None
+    victims: tuple[str, ...] = ()
 
 
 class Waiting(NamedTuple):
@@ -109,8 +178,12 @@ class Waiting(NamedTuple):
 class Decision:
     """One pass: the jobs to start now, and every other queued job with its position and reason.
 
-    ``waiting`` iterates in the order the next pass will consider the jobs.
+    ``waiting`` iterates in the order the next pass will consider the jobs. ``preemptions`` are the
+    running jobs to stop; ``reservations`` the devices held for waiting jobs (hand them to the next
+    pass).
     """
 
     placements: tuple[Placement, ...] = ()
     waiting: dict[str, Waiting] = field(default_factory=dict)
+    preemptions: tuple[Preemption, ...] = ()
+    reservations: tuple[Reservation, ...] = ()

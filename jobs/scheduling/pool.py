@@ -87,6 +87,12 @@ class Pool:
     def take(self, h: int, n: int) -> None:
         self._move(h, self.free[h], self.free[h] - n)
 
+    def give(self, h: int, n: int) -> None:
+        """Units that were taken during the pass come free again (a reservation let go)."""
+        self._move(h, self.free[h], self.free[h] + n)
+        if self.free[h] == self.totals[h]:
+            insort(self.whole, (self.totals[h], h))
+
     def _move(self, h: int, old: int, new: int) -> None:
         bucket = self.buckets[old]
         del bucket[bisect_left(bucket, h)]

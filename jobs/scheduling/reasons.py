@@ -8,7 +8,11 @@ shows once the pass's placements start.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from datetime import datetime, timezone
+
 from jobs.scheduling.cluster import Cluster, Need
+from jobs.scheduling.model import NodePlacement, Placement, QueuedJob, Reservation
 
 
 def _units(device: str, n: int) -> str:
@@ -68,3 +72,52 @@ def capacity(need: Need, cluster: Cluster) -> str:
         return f"needs {n} {units} on one host; all {_units(need.device, 2)} are busy"
     h, free = most
     return f"needs {n} {units} on one host; the most free on any host is {free} ({cluster.ids[h]})"
+
+
+# ---------------------------------------------------------------- priorities, quotas, preemption, backfill
+
+
+def clock(t: float | None) -> str:
+    """A start time as the user reads it (UTC); None for one that depends on jobs with no timeout."""
+    if t is None:
+        return "when the jobs running there end"
+    return "from about " + datetime.fromtimestamp(t, tz=timezone.utc).strftime("%H:%M")
+
+
+def _jobs(victims: Sequence[Placement]) -> str:
+    named = ", ".join(f"{v.job_id} (priority {v.priority}{', borrowed' if v.borrowed else ''})" for v in victims)
+    return f"job{'s' if len(victims) > 1 else ''} {named}"
+
+
+def preempting(victims: Sequence[Placement], draining: bool = False) -> str:
+    text = f"preempting {_jobs(victims)} to make room"
+    return text + ("; waiting for them to checkpoint and stop" if draining else "")
+
+
+def preempted(by: QueuedJob, reclaims: bool, victim: Placement) -> str:
+    if reclaims and victim.borrowed and victim.owner != by.owner:
+        return f"preempted by job {by.id}: owner {by.owner} takes back GPUs of its quota that this job borrowed"
+    return f"preempted by job {by.id} (priority {by.priority}) to make room"
+
+
+def _hosts(nodes: Sequence[NodePlacement]) -> str:
+    names = [n.host for n in nodes]
+    return names[0] + " is" if len(names) == 1 else ", ".join(names) + " are"
+
+
+def reserved(need: Need, reservation: Reservation) -> str:
+    if need.whole:
+        what = "every GPU of " + ("one host" if need.nnodes == 1 else f"{need.nnodes} hosts")
+    elif need.nnodes == 1:
+        what = f"{need.per_node} {_units('gpu', need.per_node)} on one host"
+    else:
+        what = f"{need.nnodes} hosts with {need.per_node} {_units('gpu', need.per_node)}"
+    return f"waiting for {what}: {_hosts(reservation.nodes)} reserved for it {clock(reservation.from_s)}; smaller jobs backfill until then"
+
+
+def behind(job: QueuedJob, reservation: Reservation) -> str:
+    return f"behind job {job.id} (priority {job.priority}): {_hosts(reservation.nodes)} reserved for it {clock(reservation.from_s)}"
+
+
+def over_quota(owner: str, used: int, quota: int) -> str:
+    return f"owner {owner} uses {used} of {quota} quota GPUs; it may borrow when GPUs are idle"

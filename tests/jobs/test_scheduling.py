@@ -22,7 +22,7 @@ def job(job_id: str, gpus: int | str = 1, nnodes: int = 1, seq: int = 0, **kw: o
 
 def test_a_normal_submission_to_an_idle_host_is_placed_with_no_reason() -> None:
     decision = schedule([job("a", 2)], [gpu_host("gpu-a", 4)])
-    assert decision.placements == (Placement("a", (NodePlacement(0, "gpu-a", (0, 1)),)),)
+    assert decision.placements == (Placement("a", (NodePlacement(0, "gpu-a", (0, 1)),), owner="alice"),)
     assert decision.waiting == {}
 
 

@@ -71,6 +71,39 @@ def free_after(hosts: list[Host], running: list[Placement], decision: Decision |
     return {h.id: (sorted(set(h.offered_gpus()) - held[h.id]), h.cpu_slots - h.cpu_slots_used - cpu[h.id]) for h in hosts if h.alive}
 
 
+def fair_sequence(queue: list[QueuedJob], hosts: list[Host], running: list[Placement], decision: Decision) -> list[str]:
+    """The order a pass considers the jobs, recomputed: priority, then the owner with the smallest
+    share of the live hosts (equal parts, no quotas here), counting what the pass placed, then
+    submission order."""
+    live = [h for h in hosts if h.alive]
+    owners = {j.owner for j in queue} | {p.owner for p in running}
+    share = (sum(len(h.gpus) for h in live) / max(1, len(owners)), sum(h.cpu_slots for h in live) / max(1, len(owners)))
+    used: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    placed = {p.job_id: p for p in decision.placements}
+    for p in running:
+        used[p.owner][0] += sum(len(n.gpus) for n in p.nodes)
+        used[p.owner][1] += sum(n.cpu_slots for n in p.nodes)
+
+    def ratio(owner: str) -> float:
+        return max(u / s if s > 0 else (float("inf") if u else 0.0) for u, s in zip(used[owner], share, strict=True))
+
+    out: list[str] = []
+    left = sorted(queue, key=order_key)
+    while left:
+        top = left[0].priority
+        heads = {}
+        for j in left:
+            if j.priority == top and j.owner not in heads:
+                heads[j.owner] = j
+        job = min(heads.values(), key=lambda j: (ratio(j.owner), j.submitted_seq, j.id))
+        left.remove(job)
+        out.append(job.id)
+        if job.id in placed:
+            used[job.owner][0] += sum(len(n.gpus) for n in placed[job.id].nodes)
+            used[job.owner][1] += sum(n.cpu_slots for n in placed[job.id].nodes)
+    return out
+
+
 def fits(job: QueuedJob, free: dict[str, tuple[list[int], int]], hosts: dict[str, Host]) -> bool:
     if job.whole_host:
         whole = [h for h, (g, _) in free.items() if hosts[h].gpus and len(g) == len(hosts[h].gpus)]
@@ -122,7 +155,7 @@ def test_every_queued_job_is_placed_or_told_why_in_order(cluster: tuple, queue: 
     placed = [p.job_id for p in decision.placements]
     assert set(placed).isdisjoint(decision.waiting)
     assert sorted(placed + list(decision.waiting)) == sorted(j.id for j in queue)
-    order = [j.id for j in sorted(queue, key=order_key)]
+    order = fair_sequence(queue, hosts, running, decision)
     assert placed == [j for j in order if j in set(placed)]
     assert list(decision.waiting) == [j for j in order if j in decision.waiting]
     assert [w.position for w in decision.waiting.values()] == list(range(1, len(decision.waiting) + 1))
@@ -202,7 +235,7 @@ def test_the_numbers_in_a_reason_are_the_cluster_s_own(cluster: tuple, queue: li
     decision = schedule(queue, hosts, running)
     end = free_after(hosts, running, decision)
     live = [h for h in hosts if h.alive]
-    order = [j.id for j in sorted(queue, key=order_key)]
+    order = fair_sequence(queue, hosts, running, decision)
     placed = {p.job_id for p in decision.placements}
     jobs = {j.id: j for j in queue}
     for job_id, (_, reason) in decision.waiting.items():
