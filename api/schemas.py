@@ -55,6 +55,8 @@ class JobOut(BaseModel):
                     "an attempt that ran out of memory is retried with grad_accum_steps doubled ({attempt, reason, field, "
                     "from, to, micro_batch: {from, to}}). The spec shown is the adjusted one.",
     )
+    placement: list[dict[str, Any]] | None = Field(
+        None, description="Where the current attempt runs: [{node_rank, host, gpus, cpu_slots}], node 0 first; null while queued.")
     queue_position: int | None = Field(None, description="0-based place in the queue while queued.")
     waiting_reason: str | None = Field(
         None, description="Why a queued job has not started, e.g. '3 jobs ahead in queue default' (job detail only).",
@@ -80,7 +82,7 @@ class JobOut(BaseModel):
             error = JobError(type=data.get("error_type"), message=data.get("error_message"), exit_code=data.get("exit_code"),
                              traceback=data.get("error_traceback"), log_tail=data.get("error_log_tail"))
         hidden = {"error_type", "error_message", "error_traceback", "error_log_tail", "exit_code", "last_seq", "lease_expires_at"}
-        return cls(**{k: v for k, v in data.items() if k not in hidden}, error=error, **extra)
+        return cls(**{**{k: v for k, v in data.items() if k not in hidden}, "error": error, **extra})
 
     @classmethod
     def detail(cls, d: service.JobDetail) -> JobOut:
@@ -103,6 +105,7 @@ class AttemptOut(BaseModel):
     exit_code: int | None
     error_type: str | None
     resumed_from_step: int | None
+    placement: list[dict[str, Any]] | None = Field(None, description="Where this attempt ran: [{node_rank, host, gpus, cpu_slots}].")
 
 
 class TransitionOut(BaseModel):
@@ -266,3 +269,29 @@ def sse_event_schema() -> dict[str, Any]:
         },
     } for name, model in SSE_PAYLOADS.items()]
     return {"oneOf": variants}
+
+
+class HostGpu(BaseModel):
+    index: int = Field(description="The GPU's physical index on its host (what CUDA_VISIBLE_DEVICES names).")
+    busy: bool = Field(description="Held by a running job.")
+    job_id: str | None = Field(description="The job that holds it: shown to its owner and the admin; null to other owners.")
+
+
+class HostCpuSlots(BaseModel):
+    total: int
+    used: int
+
+
+class HostOut(BaseModel):
+    id: str
+    alive: bool = Field(description="Its worker heartbeat within one lease (TORCHYARD_LEASE_TTL_S); jobs are placed only on live hosts.")
+    last_seen: datetime | None = Field(description="Its worker's last heartbeat (the database's clock); null once it stopped.")
+    gpus: list[HostGpu]
+    cpu_slots: HostCpuSlots = Field(description="Slots for device-cpu jobs, one per rank.")
+    queues: list[str] = Field(description="The queues its worker serves.")
+    executor: str = Field(description="local, or slurm (Slurm places the ranks; the host only hands them over).")
+    jobs: list[str] = Field(description="The running jobs on it that the caller may see.")
+
+
+class HostList(BaseModel):
+    items: list[HostOut]

@@ -453,6 +453,22 @@ def artifacts(
 
 @app.command()
 @handles_errors
+def hosts(ctx: typer.Context, as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
+    """List the workers' hosts: each GPU with the job that holds it, and CPU slots in use."""
+    from cli.hosts import hosts_table
+
+    items = _settings(ctx).client().hosts()
+    if as_json:
+        _echo_json([_dump(h) for h in items])
+        return
+    if not items:
+        console.print("no host has registered; start a worker (python -m worker)")
+        return
+    console.print(hosts_table(items))
+
+
+@app.command()
+@handles_errors
 def tensorboard(
     ctx: typer.Context,
     job_ids: Annotated[list[str], typer.Argument(help="Job ids.", show_default=False)],

@@ -50,6 +50,8 @@ class Settings(BaseSettings):
     max_nnodes: int = Field(64, ge=1)
     worker_gpus: int | None = Field(None, ge=0, le=1024, description="GPUs this worker gives its jobs (parallel.nproc_per_node 'gpu' "
                                                                      "and the check that ranks <= GPUs); default: counted on the host.")
+    worker_cpu_slots: int | None = Field(None, ge=0, le=4096, description="CPU slots this worker's host gives device-cpu jobs "
+                                                                          "(one per rank); default: the host's core count.")
 
     lease_ttl_s: float = Field(30.0, gt=0)
     poll_interval_s: float = Field(0.5, gt=0, description="Supervisor loop period: tail events, heartbeat, check cancel.")

@@ -13,6 +13,7 @@ from jobs.queue import redis_client
 from jobs.reconciler import ReconcilerLoop
 from jobs.settings import get_settings
 from trainer.pdeathsig import set_not_dumpable
+from worker.host import HostHeartbeat, inventory
 from worker.rq_worker import TorchyardWorker
 
 # What the Slurm executor runs (worker/executors/slurm.py); sacct is optional.
@@ -42,8 +43,15 @@ def main(argv: list[str] | None = None) -> None:
     os.environ["TORCHYARD_WORKER_ID"] = settings.worker_id = name
     init_db(get_engine(settings.database_url))
     ReconcilerLoop(settings, interval_s=max(1.0, settings.lease_ttl_s / 2)).start()
-    worker = TorchyardWorker(args.queue or settings.worker_queues, connection=redis_client(settings.redis_url), name=name)
-    worker.work(burst=args.burst, logging_level=args.log_level.upper(), with_scheduler=False)
+    queues = args.queue or settings.worker_queues
+    host = HostHeartbeat(settings, inventory(settings.model_copy(update={"worker_queues": queues}), name))
+    host.register()
+    host.start()
+    worker = TorchyardWorker(queues, connection=redis_client(settings.redis_url), name=name)
+    try:
+        worker.work(burst=args.burst, logging_level=args.log_level.upper(), with_scheduler=False)
+    finally:
+        host.stop()
 
 
 if __name__ == "__main__":

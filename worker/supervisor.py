@@ -284,15 +284,19 @@ class Supervisor:
         def claim() -> Job:
             now = utcnow()
             run_dir = (self.settings.runs_dir / self.job_id).resolve()
+            queued = self.session.get(Job, self.job_id)
+            placement = [devices.node_placement(queued.spec, self.worker_id, devices.gpu_indices(self.settings))] if queued else None
             job = transition(
                 self.session, self.job_id, Status.RUNNING, expect=[Status.QUEUED], reason=f"started on {self.worker_id}",
                 values={
                     "worker_id": self.worker_id, "run_dir": str(run_dir),
                     "started_at": sa.func.coalesce(Job.started_at, now),
                     "lease_expires_at": db_now(self.session, self.settings.lease_ttl_s),
+                    "placement": placement, "queue_position": None, "waiting_reason": None,
                 },
             )
-            self.session.merge(Attempt(job_id=job.id, attempt=job.attempt, worker_id=self.worker_id, started_at=now))
+            self.session.merge(Attempt(job_id=job.id, attempt=job.attempt, worker_id=self.worker_id, started_at=now,
+                                       placement=placement))
             self.session.commit()
             return job
 

@@ -74,3 +74,16 @@ def test_a_worker_runs_gpu_as_its_gpu_count_and_fails_a_claim_for_more(services:
     assert refused["status"] == "failed" and refused["error"]["type"] == "spec_error"
     assert "parallel.nproc_per_node: 4 ranks per node, but worker" in refused["error"]["message"]
     assert "has 2 GPUs" in refused["error"]["message"]
+
+
+def test_gpu_indices_are_the_physical_ones_a_rank_can_be_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    from worker.devices import gpu_indices
+
+    base = Settings(database_url="sqlite://", worker_gpus=None)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    assert gpu_indices(base) == (2, 3)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-aaaa,GPU-bbbb")  # UUIDs: positions
+    assert gpu_indices(base) == (0, 1)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert gpu_indices(base) == ()
+    assert gpu_indices(Settings(database_url="sqlite://", worker_gpus=3)) == (0, 1, 2)
