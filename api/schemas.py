@@ -57,12 +57,14 @@ class JobOut(BaseModel):
     )
     placement: list[dict[str, Any]] | None = Field(
         None, description="Where the current attempt runs: [{node_rank, host, gpus, cpu_slots}], node 0 first; null while queued.")
-    queue_position: int | None = Field(None, description="0-based place in the queue while queued.")
+    queue_position: int | None = Field(None, description="0-based place among the waiting jobs of its queue while queued, as the "
+                                                         "scheduler's last pass stored it; null until a pass looked at the job.")
     waiting_reason: str | None = Field(
-        None, description="Why a queued job has not started, e.g. '3 jobs ahead in queue default' (job detail only).",
+        None, description="Why a queued job has not started, as the scheduler's last pass stored it, e.g. 'needs 4 GPUs on one "
+                          "host; the most free on any host is 2 (gpu-a)' or '2 jobs ahead of it'; null until a pass looked at it.",
     )
-    nodes_needed: int | None = Field(None, description="A queued multi-node job: workers it needs at once (job detail only).")
-    workers_free: int | None = Field(None, description="A queued multi-node job: idle workers serving its queue now (job detail only).")
+    nodes_needed: int | None = Field(None, description="A queued multi-node job: hosts it needs at once (job detail only).")
+    workers_free: int | None = Field(None, description="No longer computed (null): GET /v1/hosts shows what is free.")
     attempts: list[AttemptOut] = Field(default_factory=list, description="Whole-job attempts, oldest first (job detail only).")
     transitions: list[TransitionOut] = Field(default_factory=list, description="Status history, oldest first (job detail only).")
 
@@ -295,3 +297,22 @@ class HostOut(BaseModel):
 
 class HostList(BaseModel):
     items: list[HostOut]
+
+
+class QueuedOut(BaseModel):
+    id: str
+    name: str
+    owner: str
+    queue: str
+    queue_position: int | None = Field(description="0-based place among the waiting jobs of its queue, as the scheduler's "
+                                                    "last pass stored it; null until a pass has looked at the job.")
+    waiting_reason: str | None = Field(description="What holds it, with numbers, e.g. 'needs 4 GPUs on one host; the most "
+                                                   "free on any host is 2 (gpu-a)'.")
+    created_at: datetime
+    nnodes: int
+    nproc_per_node: int | str
+    device: str
+
+
+class QueueList(BaseModel):
+    items: list[QueuedOut]

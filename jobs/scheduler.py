@@ -240,22 +240,26 @@ class SchedulerLoop(threading.Thread):
         self.leading = False
 
     def run(self) -> None:
-        engine = get_engine(self.settings.database_url)
         while not self.stopped.wait(self.interval_s):
-            try:
-                with Session(engine, expire_on_commit=False) as session:
-                    leading = leader.hold(session, leader.SCHEDULER, self.holder, self.settings.lease_ttl_s)
-                    if leading != self.leading:
-                        log.info("scheduler: %s the leader lease", "took" if leading else "lost")
-                        self.leading = leading
-                    if leading:
-                        started = time.monotonic()
-                        report = run_pass(session, self.redis, self.settings, self.holder)
-                        if report.placed:
-                            log.info("scheduler: placed %d job(s) in %.0f ms; %d waiting", len(report.placed),
-                                     1000 * (time.monotonic() - started), report.waiting)
-            except Exception:  # noqa: BLE001 - the loop must outlive a passing database or Redis outage
-                log.exception("scheduler pass failed")
+            self.step()
+
+    def step(self) -> None:
+        """Take or renew the lease, and pass if it is ours. Called once before the loop starts, so the first
+        leader is known (and says so) before its worker reports ready."""
+        try:
+            with Session(get_engine(self.settings.database_url), expire_on_commit=False) as session:
+                leading = leader.hold(session, leader.SCHEDULER, self.holder, self.settings.lease_ttl_s)
+                if leading != self.leading:
+                    log.info("scheduler: %s the leader lease", "took" if leading else "lost")
+                    self.leading = leading
+                if leading:
+                    started = time.monotonic()
+                    report = run_pass(session, self.redis, self.settings, self.holder)
+                    if report.placed:
+                        log.info("scheduler: placed %d job(s) in %.0f ms; %d waiting", len(report.placed),
+                                 1000 * (time.monotonic() - started), report.waiting)
+        except Exception:  # noqa: BLE001 - the loop must outlive a passing database or Redis outage
+            log.exception("scheduler pass failed")
 
     def stop(self) -> None:
         self.stopped.set()
@@ -265,3 +269,23 @@ class SchedulerLoop(threading.Thread):
                     leader.release(session, leader.SCHEDULER, self.holder)
             except Exception:  # noqa: BLE001 - a standby takes over one lease later instead
                 log.warning("scheduler: could not release the leader lease")
+
+
+def queued_in_order(session: Session, owner: str | None, limit: int = 1000) -> list[dict[str, Any]]:
+    """Queued jobs in the order the scheduler considers them (by queue, then its stored position; jobs it has not
+    looked at yet last, oldest first), each with its reason. ``owner`` None: every owner's (the admin)."""
+    query = (sa.select(Job.id, Job.name, Job.owner, Job.queue, Job.queue_position, Job.waiting_reason, Job.created_at, Job.spec)
+             .where(Job.status == Status.QUEUED.value)
+             .order_by(Job.queue, Job.queue_position.is_(None), Job.queue_position, Job.created_at, Job.id)  # type: ignore[union-attr]
+             .limit(limit))
+    if owner is not None:
+        query = query.where(Job.owner == owner)
+    rows = session.exec(query).all()  # type: ignore[call-overload]
+    session.commit()
+    items = []
+    for job_id, name, job_owner, queue_name, position, reason, created_at, spec in rows:
+        parallel = spec.get("parallel") or {}
+        items.append({"id": job_id, "name": name, "owner": job_owner, "queue": queue_name, "queue_position": position,
+                      "waiting_reason": reason, "created_at": created_at, "nnodes": int(parallel.get("nnodes", 1)),
+                      "nproc_per_node": parallel.get("nproc_per_node", 1), "device": parallel.get("device", "auto")})
+    return items

@@ -73,12 +73,10 @@ class Settings(BaseSettings):
     db_keepalive_interval_s: int = Field(5, ge=1, description="TCP keepalive: seconds between probes.")
     db_keepalive_count: int = Field(3, ge=1, description="TCP keepalive: unanswered probes before the connection is dead.")
 
-    # Multi-node jobs (worker/gang.py, docs/multinode.md).
+    # Multi-node jobs (worker/node.py, docs/multinode.md).
     worker_host: str | None = Field(
         None, description="Address other workers reach this one at (rendezvous endpoint of the gangs it leads); "
                           "default: this host name's address.")
-    gang_assemble_timeout_s: float = Field(60.0, gt=0, description="How long a gang leader holds its worker waiting "
-                                                                   "for the other nodes before it lets go and requeues.")
     gang_join_timeout_s: float = Field(60.0, gt=0, description="torchrun's c10d rendezvous join timeout on every node.")
 
     # Where the ranks run (worker/executors/, docs/slurm.md).

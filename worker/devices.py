@@ -103,13 +103,3 @@ def place(raw: dict[str, Any], gpus: int, worker: str, limits: SpecLimits | None
                                            for p in problems))
     return placed
 
-
-def node_placement(raw: dict[str, Any], host: str, gpus: tuple[int, ...], node_rank: int = 0) -> dict[str, Any]:
-    """What one node of the job holds on this host when the worker runs it whole: the first GPUs, one per rank
-    (every GPU for nproc_per_node 'gpu'), or one CPU slot per rank for device cpu and on a host without GPUs."""
-    parallel = raw.get("parallel") or {}
-    nproc = parallel.get("nproc_per_node", 1)
-    if parallel.get("device", "auto") == "cpu" or not gpus:
-        return {"node_rank": node_rank, "host": host, "gpus": [], "cpu_slots": nproc if isinstance(nproc, int) else 1}
-    count = len(gpus) if nproc == "gpu" else min(int(nproc), len(gpus))
-    return {"node_rank": node_rank, "host": host, "gpus": list(gpus[:count]), "cpu_slots": 0}

@@ -63,7 +63,8 @@ class RankState:
 
 @dataclass(frozen=True)
 class LaunchRequest:
-    """One attempt to start. ``node`` is set on a node of a Redis gang (local executor only)."""
+    """One attempt to start. ``node`` is set on a node of a multi-node job (local executor only); ``gpus`` are the
+    physical GPUs the placement gave this node (None: the executor's engine places the ranks, as Slurm does)."""
 
     job_id: str
     attempt: int
@@ -73,6 +74,7 @@ class LaunchRequest:
     node: NodeLaunch | None = None
     # The job's decrypted secrets (jobs/secrets.py), for the ranks' environment only; never logged or written.
     secrets: dict[str, str] = field(default_factory=dict, repr=False)
+    gpus: tuple[int, ...] | None = None
 
     @property
     def log_dir(self) -> Path:
@@ -91,7 +93,7 @@ class Launch:
 
 class Executor(Protocol):
     name: str
-    # True: the engine places every node of a multi-node job itself, so the supervisor assembles no gang.
+    # True: the engine places every node of a multi-node job itself, so no other host starts a node of it.
     allocates_nodes: bool
 
     def start(self, request: LaunchRequest) -> Launch:
