@@ -100,17 +100,19 @@ def decide(hosts: list[Host], queued: list[_Queued], running: list[Placement], p
     placements: list[Placement] = []
     waiting: dict[str, Waiting] = {}
     allowance = {owner: running_cap - n for owner, n in per_owner.items()}
+
+    def capped(owner: str) -> Waiting:
+        running_now = per_owner.get(owner, 0)
+        ahead = running_cap - running_now
+        return Waiting(0, f"over the owner's running-job cap: {running_now} running"
+                          f"{f' and {ahead} placed ahead of it' if ahead > 0 else ''}, the cap is {running_cap}")
+
     by_queue: dict[str, list[_Queued]] = defaultdict(list)
     for job in queued:
-        left = allowance.setdefault(job.owner, running_cap)
-        if left <= 0:
-            running_now = per_owner.get(job.owner, 0)
-            ahead = running_cap - running_now
-            waiting[job.id] = Waiting(0, f"over the owner's running-job cap: {running_now} running"
-                                         f"{f' and {ahead} ahead of it' if ahead > 0 else ''}, the cap is {running_cap}")
-            continue
-        allowance[job.owner] = left - 1
-        by_queue[job.queue].append(job)
+        if allowance.setdefault(job.owner, running_cap) <= 0:
+            waiting[job.id] = capped(job.owner)
+        else:
+            by_queue[job.queue].append(job)
     held = list(running)
     for queue_name in sorted(by_queue):
         jobs = by_queue[queue_name]
@@ -119,6 +121,10 @@ def decide(hosts: list[Host], queued: list[_Queued], running: list[Placement], p
         local = [h for h in serving if h.executor != "slurm"]
         if slurm:
             for i, job in enumerate(jobs):
+                if allowance[job.owner] <= 0:
+                    waiting[job.id] = capped(job.owner)
+                    continue
+                allowance[job.owner] -= 1
                 placements.append(Placement(job.id, (NodePlacement(0, slurm[i % len(slurm)].id),)))
             continue
         if not local:
@@ -133,9 +139,15 @@ def decide(hosts: list[Host], queued: list[_Queued], running: list[Placement], p
                                      submitted_seq=seq)
         pool = [PolicyHost(id=h.id, gpus=tuple(h.gpus), cpu_slots=h.cpu_slots) for h in local]
         decision = schedule(asks.values(), pool, held)  # placements on hosts outside the pool are passed over
-        placements.extend(decision.placements)
-        held.extend(decision.placements)
         waiting.update(decision.waiting)
+        for placement in decision.placements:
+            owner = asks[placement.job_id].owner
+            if allowance[owner] <= 0:  # the owner's cap filled up within this pass: the next pass reconsiders it
+                waiting[placement.job_id] = capped(owner)
+                continue
+            allowance[owner] -= 1
+            placements.append(placement)
+            held.append(placement)
     return Decision(tuple(placements), waiting)
 
 

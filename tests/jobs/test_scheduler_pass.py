@@ -100,10 +100,12 @@ def test_no_live_host_for_a_queue_and_the_owners_running_cap(client: TestClient,
     _pass(settings)
     assert _job(settings, job).waiting_reason == "no live host serves queue default"
     capped = settings.model_copy(update={"max_running_per_owner": 1})
+    never = _submit(client, 1, nnodes=2)  # can never run on one host: it must not use up the owner's allowance
     _host(settings, "gpu-b", 8)
     second = _submit(client, 1)
     assert _pass(capped).placed == [job]
-    assert _job(settings, second).waiting_reason == "over the owner's running-job cap: 0 running and 1 ahead of it, the cap is 1"
+    assert _job(settings, never).waiting_reason == "needs 2 hosts with 1 GPU; only 1 has 1"
+    assert _job(settings, second).waiting_reason == "over the owner's running-job cap: 0 running and 1 placed ahead of it, the cap is 1"
     assert _pass(capped).placed == []
     assert _job(settings, second).waiting_reason == "over the owner's running-job cap: 1 running, the cap is 1"
 
