@@ -531,7 +531,7 @@ def login(
 def up(
     host: Annotated[str, typer.Option(help="Interface the API listens on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="API port.")] = 8000,
-    workers: Annotated[int, typer.Option(min=1, help="Worker processes (one job each at a time).")] = 1,
+    workers: Annotated[int, typer.Option(min=1, help="Worker processes; one owns the machine's GPUs and runs several jobs at once.")] = 1,
 ) -> None:
     """Run the whole service locally: API, worker(s) and a private Redis unless TORCHYARD_REDIS_URL is set (python -m stack)."""
     argv = [sys.executable, "-m", "stack", "--host", host, "--port", str(port), "--workers", str(workers)]
