@@ -11,7 +11,6 @@ from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from redis import Redis
-from redis.exceptions import RedisError
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session
@@ -39,6 +38,7 @@ class JobsCollector(Collector):
         try:
             with Session(self.engine) as session:
                 counts = service.status_counts(session)
+                depths = service.queue_depths(session)
                 ingested = service.events_ingested_total(session)
                 with self._lock:
                     latencies, self._dispatch_after = service.dispatches_after(session, self._dispatch_after)
@@ -53,16 +53,11 @@ class JobsCollector(Collector):
             yield jobs
             yield CounterMetricFamily("torchyard_events_ingested", "Events stored from jobs' events.jsonl (rate() = ingest rate).",
                                       value=ingested)
-        yield from self.dispatch.collect()
-        try:
-            depths = service.queue_depths(self.redis)
-        except RedisError as exc:
-            log.warning("metrics: Redis does not answer (%s)", exc.__class__.__name__)
-        else:
-            depth = GaugeMetricFamily("torchyard_queue_depth", "Jobs waiting in each RQ queue.", labels=["queue"])
+            depth = GaugeMetricFamily("torchyard_queue_depth", "Queued jobs in each queue.", labels=["queue"])
             for name, n in sorted(depths.items()):
                 depth.add_metric([name], n)
             yield depth
+        yield from self.dispatch.collect()
 
 
 def make_registry(engine: Engine, redis: Redis) -> tuple[CollectorRegistry, Histogram]:

@@ -55,12 +55,16 @@ class JobOut(BaseModel):
                     "an attempt that ran out of memory is retried with grad_accum_steps doubled ({attempt, reason, field, "
                     "from, to, micro_batch: {from, to}}). The spec shown is the adjusted one.",
     )
-    queue_position: int | None = Field(None, description="0-based place in the queue while queued.")
+    placement: list[dict[str, Any]] | None = Field(
+        None, description="Where the current attempt runs: [{node_rank, host, gpus, cpu_slots}], node 0 first; null while queued.")
+    queue_position: int | None = Field(None, description="0-based place among the waiting jobs of its queue while queued, as the "
+                                                         "scheduler's last pass stored it; null until a pass looked at the job.")
     waiting_reason: str | None = Field(
-        None, description="Why a queued job has not started, e.g. '3 jobs ahead in queue default' (job detail only).",
+        None, description="Why a queued job has not started, as the scheduler's last pass stored it, e.g. 'needs 4 GPUs on one "
+                          "host; the most free on any host is 2 (gpu-a)' or '2 jobs ahead of it'; null until a pass looked at it.",
     )
-    nodes_needed: int | None = Field(None, description="A queued multi-node job: workers it needs at once (job detail only).")
-    workers_free: int | None = Field(None, description="A queued multi-node job: idle workers serving its queue now (job detail only).")
+    nodes_needed: int | None = Field(None, description="A queued multi-node job: hosts it needs at once (job detail only).")
+    workers_free: int | None = Field(None, description="No longer computed (null): GET /v1/hosts shows what is free.")
     attempts: list[AttemptOut] = Field(default_factory=list, description="Whole-job attempts, oldest first (job detail only).")
     transitions: list[TransitionOut] = Field(default_factory=list, description="Status history, oldest first (job detail only).")
 
@@ -80,7 +84,7 @@ class JobOut(BaseModel):
             error = JobError(type=data.get("error_type"), message=data.get("error_message"), exit_code=data.get("exit_code"),
                              traceback=data.get("error_traceback"), log_tail=data.get("error_log_tail"))
         hidden = {"error_type", "error_message", "error_traceback", "error_log_tail", "exit_code", "last_seq", "lease_expires_at"}
-        return cls(**{k: v for k, v in data.items() if k not in hidden}, error=error, **extra)
+        return cls(**{**{k: v for k, v in data.items() if k not in hidden}, "error": error, **extra})
 
     @classmethod
     def detail(cls, d: service.JobDetail) -> JobOut:
@@ -103,6 +107,7 @@ class AttemptOut(BaseModel):
     exit_code: int | None
     error_type: str | None
     resumed_from_step: int | None
+    placement: list[dict[str, Any]] | None = Field(None, description="Where this attempt ran: [{node_rank, host, gpus, cpu_slots}].")
 
 
 class TransitionOut(BaseModel):
@@ -266,3 +271,48 @@ def sse_event_schema() -> dict[str, Any]:
         },
     } for name, model in SSE_PAYLOADS.items()]
     return {"oneOf": variants}
+
+
+class HostGpu(BaseModel):
+    index: int = Field(description="The GPU's physical index on its host (what CUDA_VISIBLE_DEVICES names).")
+    busy: bool = Field(description="Held by a running job.")
+    job_id: str | None = Field(description="The job that holds it: shown to its owner and the admin; null to other owners.")
+
+
+class HostCpuSlots(BaseModel):
+    total: int
+    used: int
+
+
+class HostOut(BaseModel):
+    id: str
+    alive: bool = Field(description="Its worker heartbeat within one lease (TORCHYARD_LEASE_TTL_S); jobs are placed only on live hosts.")
+    last_seen: datetime | None = Field(description="Its worker's last heartbeat (the database's clock); null once it stopped.")
+    gpus: list[HostGpu]
+    cpu_slots: HostCpuSlots = Field(description="Slots for device-cpu jobs, one per rank.")
+    queues: list[str] = Field(description="The queues its worker serves.")
+    executor: str = Field(description="local, or slurm (Slurm places the ranks; the host only hands them over).")
+    jobs: list[str] = Field(description="The running jobs on it that the caller may see.")
+
+
+class HostList(BaseModel):
+    items: list[HostOut]
+
+
+class QueuedOut(BaseModel):
+    id: str
+    name: str
+    owner: str
+    queue: str
+    queue_position: int | None = Field(description="0-based place among the waiting jobs of its queue, as the scheduler's "
+                                                    "last pass stored it; null until a pass has looked at the job.")
+    waiting_reason: str | None = Field(description="What holds it, with numbers, e.g. 'needs 4 GPUs on one host; the most "
+                                                   "free on any host is 2 (gpu-a)'.")
+    created_at: datetime
+    nnodes: int
+    nproc_per_node: int | str
+    device: str
+
+
+class QueueList(BaseModel):
+    items: list[QueuedOut]

@@ -23,7 +23,19 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from bench import api_bench, code_bundles, dispatch, ingest_bench, model_parallel, read_path, report, scheduler, tracking, training
+from bench import (
+    api_bench,
+    code_bundles,
+    dispatch,
+    ingest_bench,
+    model_parallel,
+    queued_dispatch,
+    read_path,
+    report,
+    scheduler,
+    tracking,
+    training,
+)
 from bench.common import REPO, Ctx, machine
 
 log = logging.getLogger("bench")
@@ -41,6 +53,7 @@ SUITES: dict[str, Callable[[Ctx], dict[str, Any]]] = {
     "tracking": tracking.tracking,  # 9
     "read_path": read_path.read_path,  # 10: wrk, torchyard vs a bare FastAPI app
     "scheduler": scheduler.scheduler,  # 11: the placement policy alone: one pass, and a trace replay against FIFO
+    "queued_dispatch": queued_dispatch.queued_dispatch,  # 11c: POST -> running with 1,000 jobs queued, real service
 }
 
 

@@ -505,6 +505,22 @@ def artifacts(
 
 @app.command()
 @handles_errors
+def hosts(ctx: typer.Context, as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
+    """List the workers' hosts: each GPU with the job that holds it, and CPU slots in use."""
+    from cli.hosts import hosts_table
+
+    items = _settings(ctx).client().hosts()
+    if as_json:
+        _echo_json([_dump(h) for h in items])
+        return
+    if not items:
+        console.print("no host has registered; start a worker (python -m worker)")
+        return
+    console.print(hosts_table(items))
+
+
+@app.command()
+@handles_errors
 def tensorboard(
     ctx: typer.Context,
     job_ids: Annotated[list[str], typer.Argument(help="Job ids.", show_default=False)],
@@ -562,7 +578,7 @@ def login(
 def up(
     host: Annotated[str, typer.Option(help="Interface the API listens on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="API port.")] = 8000,
-    workers: Annotated[int, typer.Option(min=1, help="Worker processes (one job each at a time).")] = 1,
+    workers: Annotated[int, typer.Option(min=1, help="Worker processes; one owns the machine's GPUs and runs several jobs at once.")] = 1,
 ) -> None:
     """Run the whole service locally: API, worker(s) and a private Redis unless TORCHYARD_REDIS_URL is set (python -m stack)."""
     argv = [sys.executable, "-m", "stack", "--host", host, "--port", str(port), "--workers", str(workers)]

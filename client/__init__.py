@@ -30,6 +30,7 @@ from client.models import (
     CodeBundle,
     EndEvent,
     Event,
+    Host,
     Job,
     JobError,
     JobPage,
@@ -43,7 +44,7 @@ from client.pack import PackError, pack
 
 __all__ = [
     "ACTIVE", "TERMINAL", "ApiError", "ApiKey", "Checkpoint", "CheckpointEvent", "Client", "ClientConfig", "CodeBundle",
-    "ConfigError", "Conflict", "ConnectionFailed", "EndEvent", "Event", "Forbidden", "InvalidRequest", "Job", "JobError",
+    "ConfigError", "Conflict", "ConnectionFailed", "EndEvent", "Event", "Forbidden", "Host", "InvalidRequest", "Job", "JobError",
     "JobPage", "MetricEvent", "MetricPoint", "NotFound", "OtherEvent", "PackError", "StatusEvent", "TorchyardError",
     "Unauthorized", "expected_total_steps", "load_config", "load_spec", "pack",
 ]

@@ -24,6 +24,7 @@ from client.models import (
     CodeBundle,
     EndEvent,
     Event,
+    Host,
     Job,
     JobPage,
     MetricEvent,
@@ -401,6 +402,10 @@ class Client:
                 yield EndEvent(status=job.status)
                 return
             time.sleep(poll_interval)
+
+    def hosts(self) -> list[Host]:
+        """The workers' hosts: GPUs (each with the job holding it, when the caller may see it) and CPU slots."""
+        return [Host.model_validate(h) for h in self._json("GET", "/v1/hosts")["items"]]
 
     # ------------------------------------------------------------------ keys (admin)
 

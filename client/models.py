@@ -116,6 +116,30 @@ class ApiKey(_Model):
     queues: list[str] | None = Field(None, description="Queues the key may submit to; None: all of them.")
 
 
+class HostGpu(_Model):
+    index: int
+    busy: bool = False
+    job_id: str | None = Field(None, description="The job holding it; None when free or another owner's.")
+
+
+class HostCpuSlots(_Model):
+    total: int = 0
+    used: int = 0
+
+
+class Host(_Model):
+    """A worker's host as ``GET /v1/hosts`` shows it."""
+
+    id: str
+    alive: bool = False
+    last_seen: datetime | None = None
+    gpus: list[HostGpu] = Field(default_factory=list)
+    cpu_slots: HostCpuSlots = Field(default_factory=HostCpuSlots)
+    queues: list[str] = Field(default_factory=list)
+    executor: str | None = None
+    jobs: list[str] = Field(default_factory=list)
+
+
 # ------------------------------------------------------------------ events of GET /v1/jobs/{id}/events
 
 

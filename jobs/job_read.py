@@ -79,12 +79,17 @@ _JOB_NAMES = [c.name for c in _JOB_COLUMNS]
 def _loader(columns: list[sa.Column[Any]]) -> Any:
     names = [c.name for c in columns]
     stamps = [i for i, c in enumerate(columns) if isinstance(c.type, UTCDateTime)]
+    # SQLite's json_array takes a JSON column's text as a string; PostgreSQL's json_build_array nests the value.
+    nested = [i for i, c in enumerate(columns) if isinstance(c.type, sa.JSON)]
 
     def load(arrays: list[list[Any]] | None) -> list[dict[str, Any]]:
         out = []
         for values in arrays or ():
             for i in stamps:
                 values[i] = _utc(values[i])
+            for i in nested:
+                if isinstance(values[i], str):
+                    values[i] = json.loads(values[i])
             out.append(dict(zip(names, values, strict=True)))
         return out
 

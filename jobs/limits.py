@@ -1,8 +1,8 @@
 """Per-owner caps on queued and running jobs.
 
 The queued cap is enforced at submission (HTTP 429). The running cap is a dispatch rule:
-a job over it stays queued, and ``waiting_reason`` says so. The worker enforces it when it
-claims a job (``running_cap_reached``).
+the scheduler places no more of an owner's jobs than it allows (jobs/scheduler.py), and a
+job held by it stays queued with ``waiting_reason`` saying so.
 
 The queued cap reads no COUNT: each owner has a counter row (``owner_counters``) that every insert of a
 queued job and every status change into or out of ``queued`` moves in its own transaction. A submission

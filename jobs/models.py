@@ -126,6 +126,37 @@ class Job(SQLModel, table=True):
     error_log_tail: str | None = Field(default=None, sa_column=Column(sa.Text))
     # What the service changed in the spec between attempts (train.auto_micro_batch after an OOM), oldest first.
     adjustments: list[dict[str, Any]] = Field(default_factory=list, sa_column=Column(JSON, nullable=False, server_default="[]"))
+    # Where the current attempt runs: [{"node_rank", "host", "gpus", "cpu_slots"}], node 0 first; None while queued.
+    placement: list[dict[str, Any]] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
+    # A queued job's place in line (1-based) and what holds it, as the scheduler's last pass stored them.
+    queue_position: int | None = None
+    waiting_reason: str | None = Field(default=None, sa_column=Column(sa.Text))
+
+
+class Host(SQLModel, table=True):
+    """A worker's host: the devices it owns, and when it last said it is alive (the database's clock)."""
+
+    __tablename__ = "hosts"
+
+    id: str = Field(primary_key=True, max_length=128)
+    gpus: list[int] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    cpu_slots: int = 0
+    queues: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    executor: str = Field(default="local", max_length=16)
+    # Where other hosts reach this one (the rendezvous endpoint of the gangs whose node 0 runs here).
+    address: str | None = Field(default=None, max_length=255)
+    registered_at: datetime | None = _ts()
+    last_seen: datetime | None = _ts(index=True)
+
+
+class Lease(SQLModel, table=True):
+    """A named lease held by one process at a time (the scheduler's leader), stamped with the database's clock."""
+
+    __tablename__ = "leases"
+
+    name: str = Field(primary_key=True, max_length=64)
+    holder: str = Field(max_length=128)
+    expires_at: datetime | None = _ts()
 
 
 class OwnerCounter(SQLModel, table=True):
@@ -168,6 +199,7 @@ class Attempt(SQLModel, table=True):
     exit_code: int | None = None
     error_type: str | None = Field(default=None, max_length=32)
     resumed_from_step: int | None = None
+    placement: list[dict[str, Any]] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
 
 
 class MetricPoint(SQLModel, table=True):

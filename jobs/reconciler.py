@@ -1,4 +1,4 @@
-"""Recovery of jobs whose worker or queue entry was lost. Run by every worker and by the API.
+"""Recovery of jobs whose worker or host was lost. Run by every worker and by the API.
 
 Two passes, each safe to run from many processes at once because every change is a guarded
 transition (exactly one runner wins):
@@ -9,8 +9,12 @@ transition (exactly one runner wins):
   again, resuming from its latest checkpoint. A lost worker is not the job's fault, so like a
   preemption it spends no retry; only a job that has lost ``max_worker_losses`` workers (one
   that keeps taking its host down, say) is failed.
-* queued jobs that Redis no longer holds (Redis restarted empty, an enqueue failed): enqueued
-  again. A duplicate RQ entry is harmless: the claim is a guarded transition too.
+  An attempt the scheduler placed that no host adopted (its task was lost with Redis, or its host
+  died before starting it) lapses the same way; it was never started, so it is not a lost worker.
+* running jobs with a node on a host that stopped heart-beating (a gang's other node died): requeued
+  the same way, which frees every GPU of the placement and fences node 0's supervisor.
+
+Queued jobs need no recovery: they are in SQL, and the scheduler reads them from there.
 """
 
 from __future__ import annotations
@@ -20,17 +24,16 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import timedelta
 from typing import TypeVar
 
 import sqlalchemy as sa
 from redis import Redis
-from redis.exceptions import RedisError
 from sqlmodel import Session
 
 from jobs import queue, retry
 from jobs.clock import db_now
 from jobs.db import get_engine
+from jobs.hosts import read_hosts
 from jobs.models import Attempt, ErrorType, Job, Status, utcnow
 from jobs.retention import expire_run_dirs
 from jobs.settings import Settings
@@ -46,15 +49,15 @@ class Report:
     requeued: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
     cancelled: list[str] = field(default_factory=list)
-    reenqueued: list[str] = field(default_factory=list)
 
 
 def reconcile(session: Session, redis: Redis, *, enqueue_grace_s: float = 10.0, max_worker_losses: int = 3,
               retry_s: float = 5.0) -> Report:
-    """One pass of both recoveries; each step retries through a database or Redis blip for up to ``retry_s``."""
+    """One pass of both recoveries; each step retries through a database blip for up to ``retry_s``.
+    ``enqueue_grace_s`` is the lease: a host silent for that long is dead."""
     report = Report()
     _recover_expired_leases(session, redis, report, max_worker_losses, retry_s)
-    _reenqueue_lost(session, redis, report, enqueue_grace_s, retry_s)
+    _recover_dead_nodes(session, redis, report, max_worker_losses, retry_s, enqueue_grace_s)
     return report
 
 
@@ -84,8 +87,11 @@ def _recover_expired_leases(session: Session, redis: Redis, report: Report, max_
 
 
 def _recover_one(session: Session, redis: Redis, report: Report, max_worker_losses: int, job_id: str, status: str,
-                 worker: str | None, attempt: int) -> None:
-    lost = f"worker {worker} stopped heart-beating (lease expired)"
+                 worker: str | None, attempt: int, lost: str | None = None) -> None:
+    if lost is None and _never_adopted(session, job_id, attempt):
+        _requeue_unstarted(session, report, job_id, status, worker, attempt)
+        return
+    lost = lost or f"worker {worker} stopped heart-beating (lease expired)"
     _close_attempt(session, job_id, attempt)
     # Every transition also names the attempt it recovers: had a supervisor requeued it meanwhile and
     # another claimed it, the job would be running again under a fresh lease, and must stay so.
@@ -95,9 +101,8 @@ def _recover_one(session: Session, redis: Redis, report: Report, max_worker_loss
                    values={"attempt": Job.attempt + 1}, guard=guard)
         report.cancelled.append(job_id)
     elif worker_losses(session, job_id) <= max_worker_losses:
-        fresh = transition(session, job_id, Status.QUEUED, expect=[Status.RUNNING], reason=f"{lost}; requeued",
-                           values={**_lost_values(lost), "max_attempts": Job.max_attempts + 1}, guard=guard)
-        queue.enqueue(redis, fresh)
+        transition(session, job_id, Status.QUEUED, expect=[Status.RUNNING], reason=f"{lost}; requeued",
+                   values={**_lost_values(lost), "max_attempts": Job.max_attempts + 1}, guard=guard)
         report.requeued.append(job_id)
     else:
         transition(session, job_id, Status.FAILED, expect=[Status.RUNNING],
@@ -126,26 +131,54 @@ def _close_attempt(session: Session, job_id: str, attempt: int) -> None:
         session.commit()
 
 
-def _reenqueue_lost(session: Session, redis: Redis, report: Report, grace_s: float, retry_s: float) -> None:
-    def find() -> list[Job]:
-        # A job queued moments ago may not have reached Redis yet; give the submitter time.
-        cutoff = utcnow() - timedelta(seconds=grace_s)
-        rows = session.exec(  # type: ignore[call-overload]
-            sa.select(Job).where(Job.status == Status.QUEUED.value, Job.updated_at < cutoff)
-        ).scalars().all()
-        session.commit()
-        session.expunge_all()  # detached, fully loaded: nothing below reads them back from the database
-        return list(rows)
+def _never_adopted(session: Session, job_id: str, attempt: int) -> bool:
+    row = session.get(Attempt, (job_id, attempt))
+    return row is not None and row.worker_id is None and row.finished_at is None
 
-    for job in _retried(session, find, "finding queued jobs", retry_s):
+
+def _requeue_unstarted(session: Session, report: Report, job_id: str, status: str, host: str | None, attempt: int) -> None:
+    """A placement no host adopted within its lease: back in line, no retry or worker loss spent (nothing ran)."""
+    row = session.get(Attempt, (job_id, attempt))
+    if row is not None:
+        row.finished_at, row.outcome = utcnow(), "not_started"
+        session.add(row)
+        session.commit()
+    guard = [Job.attempt == attempt]
+    why = f"host {host} did not start the attempt within its lease"
+    if status == Status.CANCELLING.value:
+        transition(session, job_id, Status.CANCELLED, expect=[Status.CANCELLING], reason=f"cancelled; {why}",
+                   values={"attempt": Job.attempt + 1}, guard=guard)
+        report.cancelled.append(job_id)
+        return
+    transition(session, job_id, Status.QUEUED, expect=[Status.RUNNING], reason=f"{why}; requeued", guard=guard,
+               values={"attempt": Job.attempt + 1, "max_attempts": Job.max_attempts + 1, "worker_id": None,
+                       "lease_expires_at": None})
+    report.requeued.append(job_id)
+
+
+def _recover_dead_nodes(session: Session, redis: Redis, report: Report, max_worker_losses: int, retry_s: float,
+                        lease_ttl_s: float) -> None:
+    """Running jobs with a node other than node 0 on a dead host (node 0's own host is its supervisor's lease)."""
+    def find() -> list[tuple[str, str, str | None, int, list[tuple[int, str]]]]:
+        alive = {row.host.id for row in read_hosts(session, lease_ttl_s) if row.alive}
+        rows = session.exec(sa.select(Job.id, Job.status, Job.worker_id, Job.attempt, Job.placement).where(  # type: ignore[call-overload]
+            Job.status.in_([Status.RUNNING.value, Status.CANCELLING.value]), Job.placement.is_not(None))).all()  # type: ignore[attr-defined, union-attr]
+        session.commit()
+        found = []
+        for job_id, status, worker, attempt, placement in rows:
+            dead = [(n["node_rank"], n["host"]) for n in placement or [] if n.get("node_rank", 0) > 0 and n["host"] not in alive]
+            if dead:
+                found.append((job_id, status, worker, attempt, dead))
+        return found
+
+    for job_id, status, worker, attempt, dead in _retried(session, find, "finding nodes on dead hosts", retry_s):
+        lost = ", ".join(f"host {h} of node {r}" for r, h in dead) + " stopped heart-beating"
         try:
-            if retry.call(lambda job=job: queue.is_waiting(redis, job), deadline=retry_s, what="reconciler: reading the queue"):
-                continue
-        except RedisError:
-            return
-        if queue.enqueue(redis, job):
-            log.info("job %s: re-enqueued (Redis no longer held it)", job.id, extra={"job_id": job.id})
-            report.reenqueued.append(job.id)
+            recover = functools.partial(_recover_one, session, redis, report, max_worker_losses, job_id, status, worker,
+                                        attempt, lost)
+            _retried(session, recover, f"recovering job {job_id}", retry_s)
+        except TransitionRefused:
+            continue
 
 
 class ReconcilerLoop(threading.Thread):

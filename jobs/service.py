@@ -15,12 +15,10 @@ from typing import Any, BinaryIO
 
 import sqlalchemy as sa
 from redis import Redis
-from redis.exceptions import RedisError
-from rq import Queue, Worker
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session
 
-from jobs import artifacts, cursors, gang, job_read, limits, queue, secrets
+from jobs import artifacts, cursors, job_read, limits, secrets
 from jobs.models import Attempt, Checkpoint, IdempotencyKey, Job, JobSecret, MetricPoint, Status, Transition, new_job_id, utcnow
 from jobs.settings import Settings
 from jobs.states import TransitionRefused, transition
@@ -125,8 +123,8 @@ def submit(
     except BaseException:
         session.rollback()
         raise
+    # Nothing to enqueue: the scheduler reads queued jobs from SQL (jobs/scheduler.py).
     job = SimpleNamespace(**({c.name: None for c in _JOB_COLUMNS} | values))
-    queue.enqueue(redis, job)  # type: ignore[arg-type]
     log.info("job %s submitted by %s", job.id, owner, extra={"job_id": job.id})
     return Submission(job, replayed=False)
 
@@ -226,9 +224,7 @@ def request_cancel(session: Session, redis: Redis, owner: str, job_id: str) -> J
             raise JobConflict(f"job {job_id} is already {status.value}")
         try:
             if status is Status.QUEUED:
-                job = transition(session, job_id, Status.CANCELLED, expect=[Status.QUEUED], reason="cancelled by user")
-                queue.dequeue(redis, job)
-                return job
+                return transition(session, job_id, Status.CANCELLED, expect=[Status.QUEUED], reason="cancelled by user")
             return transition(session, job_id, Status.CANCELLING, expect=[Status.RUNNING], reason="cancel requested by user")
         except TransitionRefused:
             # It moved on (started, finished) while we looked; decide again on the fresh state.
@@ -285,7 +281,6 @@ def retry(session: Session, redis: Redis, owner: str, job_id: str, queued_cap: i
     limits.take_queued_slot(session, owner, queued_cap)  # last before the commit, as in submit
     session.commit()
     session.refresh(job)
-    queue.enqueue(redis, job)
     log.info("job %s retries job %s from %s", job.id, old.id, resume_from or "scratch", extra={"job_id": job.id})
     return job
 
@@ -326,42 +321,6 @@ def transitions(session: Session, job_id: str) -> list[Transition]:
     return list(session.exec(query).scalars())  # type: ignore[call-overload]
 
 
-def waiting_reason(session: Session, redis: Redis, job: Job, settings: Settings, position: int | None) -> str | None:
-    """Why a queued job has not started, in words; None unless it is queued."""
-    if job.status != Status.QUEUED.value:
-        return None
-    try:
-        workers = Worker.all(queue=Queue(job.queue, connection=redis))
-    except RedisError:
-        return "Redis does not answer; the job is kept in SQL and enqueued once Redis is back"
-    if not workers:
-        return f"no worker is serving queue {job.queue}"
-    running = limits.count(session, job.owner, (Status.RUNNING.value, Status.CANCELLING.value))
-    if running >= settings.max_running_per_owner:
-        return f"over the owner's running-job cap: {running} running, the cap is {settings.max_running_per_owner}"
-    nodes = gang.nnodes(job.spec)
-    if nodes > 1:
-        free = sum(1 for w in workers if w.get_state() != "busy")
-        needs = f"needs {nodes} workers at once; {free} of {len(workers)} serving queue {job.queue} free"
-        try:
-            if gang.assembling(redis, job.id, job.attempt):
-                return f"{needs}; assembling its gang now"
-        except RedisError:
-            pass
-        if len(workers) < nodes:
-            return f"{needs}; starts when {nodes - len(workers)} more join"
-        if position:
-            return f"{needs}; {position} job{'s' if position != 1 else ''} ahead"
-        return needs
-    if position is None:
-        return f"not in queue {job.queue} yet; the reconciler enqueues it again"
-    if position > 0:
-        return f"{position} job{'s' if position != 1 else ''} ahead in queue {job.queue}"
-    if all(w.get_state() == "busy" for w in workers):
-        return f"next in queue {job.queue}; all {len(workers)} workers serving it are busy"
-    return f"next in queue {job.queue}; a worker picks it up shortly"
-
-
 @dataclass(frozen=True)
 class JobDetail:
     job: Job  # a read-only view of the row (attribute access only)
@@ -370,8 +329,8 @@ class JobDetail:
     waiting_reason: str | None
     attempts: list[Any]  # Attempt's columns but job_id, as dicts (jobs.job_read)
     transitions: list[Any]  # Transition's columns but id and job_id, as dicts
-    nodes_needed: int | None = None  # multi-node jobs while queued: workers the gang needs at once
-    workers_free: int | None = None  # and idle workers serving its queue now
+    nodes_needed: int | None = None  # multi-node jobs while queued: hosts the gang needs at once
+    workers_free: int | None = None  # no longer computed: GET /v1/hosts shows what is free
     secret_names: list[str] = field(default_factory=list)
 
 
@@ -383,23 +342,15 @@ def job_detail(session: Session, redis: Redis, settings: Settings, owner: str, j
 
 
 def detail_of(rows: job_read.JobRows, session: Session | None, redis: Redis, settings: Settings) -> JobDetail:
-    """The detail of a job read by ``job_read.read``; a queued job's also asks Redis (and SQL, through ``session``)
-    where it stands, so ``session`` may be None only for a job that is not queued."""
+    """The detail of a job read by ``job_read.read``. A queued job's place and reason are what the scheduler's last
+    pass stored with it (jobs/scheduler.py), so reading it asks nothing else; ``session`` and ``redis`` are unused."""
     # Read-only attribute access to the row: a Job instance's instrumented construction cost more than the queries.
     job: Any = SimpleNamespace(**rows.values)
     if job.status != Status.QUEUED.value:
         return JobDetail(job, rows.values, None, None, rows.attempts, rows.transitions, secret_names=rows.secret_names)
-    assert session is not None, "a queued job's detail counts the owner's running jobs in SQL"
-    position = queue.queue_position(redis, job)
-    nodes_needed = workers_free = None
-    if gang.nnodes(job.spec) > 1:
-        nodes_needed = gang.nnodes(job.spec)
-        try:
-            workers_free = gang.capacity(redis, job.queue)[0]
-        except RedisError:
-            workers_free = None
-    return JobDetail(job, rows.values, position, waiting_reason(session, redis, job, settings, position),
-                     rows.attempts, rows.transitions, nodes_needed, workers_free, rows.secret_names)
+    nnodes = int((job.spec.get("parallel") or {}).get("nnodes", 1))
+    return JobDetail(job, rows.values, job.queue_position, job.waiting_reason, rows.attempts, rows.transitions,
+                     nnodes if nnodes > 1 else None, None, rows.secret_names)
 
 
 @dataclass(frozen=True)
@@ -519,6 +470,8 @@ def dispatches_after(session: Session, after_id: int, limit: int = 5000) -> tupl
     return latencies, started[-1].id or after_id
 
 
-def queue_depths(redis: Redis) -> dict[str, int]:
-    """Jobs waiting in each RQ queue (RedisError propagates)."""
-    return {q.name: q.count for q in Queue.all(connection=redis)}
+def queue_depths(session: Session) -> dict[str, int]:
+    """Queued jobs in each queue, as the scheduler sees them (SQL, not Redis: nothing waits there)."""
+    rows = session.exec(sa.select(Job.queue, sa.func.count()).where(Job.status == Status.QUEUED.value)  # type: ignore[call-overload]
+                        .group_by(Job.queue)).all()
+    return {name: int(n) for name, n in rows}

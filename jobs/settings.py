@@ -52,6 +52,8 @@ class Settings(BaseSettings):
     max_nnodes: int = Field(64, ge=1)
     worker_gpus: int | None = Field(None, ge=0, le=1024, description="GPUs this worker gives its jobs (parallel.nproc_per_node 'gpu' "
                                                                      "and the check that ranks <= GPUs); default: counted on the host.")
+    worker_cpu_slots: int | None = Field(None, ge=0, le=4096, description="CPU slots this worker's host gives device-cpu jobs "
+                                                                          "(one per rank); default: the host's core count.")
 
     lease_ttl_s: float = Field(30.0, gt=0)
     poll_interval_s: float = Field(0.5, gt=0, description="Supervisor loop period: tail events, heartbeat, check cancel.")
@@ -73,12 +75,10 @@ class Settings(BaseSettings):
     db_keepalive_interval_s: int = Field(5, ge=1, description="TCP keepalive: seconds between probes.")
     db_keepalive_count: int = Field(3, ge=1, description="TCP keepalive: unanswered probes before the connection is dead.")
 
-    # Multi-node jobs (worker/gang.py, docs/multinode.md).
+    # Multi-node jobs (worker/node.py, docs/multinode.md).
     worker_host: str | None = Field(
         None, description="Address other workers reach this one at (rendezvous endpoint of the gangs it leads); "
                           "default: this host name's address.")
-    gang_assemble_timeout_s: float = Field(60.0, gt=0, description="How long a gang leader holds its worker waiting "
-                                                                   "for the other nodes before it lets go and requeues.")
     gang_join_timeout_s: float = Field(60.0, gt=0, description="torchrun's c10d rendezvous join timeout on every node.")
 
     # Where the ranks run (worker/executors/, docs/slurm.md).

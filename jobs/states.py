@@ -72,6 +72,8 @@ def transition(
         update = sa.update(Job).where(*where, Job.status == current).values(status=to.value, updated_at=now, **(values or {}))
         if to in (Status.SUCCEEDED, Status.FAILED, Status.CANCELLED):
             update = update.values(finished_at=now, lease_expires_at=None)
+        elif to is Status.QUEUED and "placement" not in (values or {}):
+            update = update.values(placement=None)  # back in line: the next attempt gets a placement of its own
         result = session.exec(update)  # type: ignore[call-overload]
         if result.rowcount == 1:
             attempt = session.exec(sa.select(Job.attempt).where(Job.id == job_id)).scalar_one()  # type: ignore[call-overload]

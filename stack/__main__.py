@@ -84,8 +84,8 @@ def _probe_url(host: str, port: int) -> str:
 
 
 def _ready(url: str, redis_url: str, workers: dict[str, int | None]) -> bool:
-    """The API answers /readyz, and every worker (RQ name: pid) has registered and finished its start-up (RQ marks
-    it idle after cleaning its registries), so the ready block comes after every start-up line."""
+    """The API answers /readyz, and every worker (RQ name: pid) has registered its host and taken its first look at
+    the scheduler's lease (worker/host_runner.py marks it idle then), so the ready block comes after every start-up line."""
     try:
         if httpx.get(f"{url}/readyz", timeout=2).status_code != 200:
             return False
@@ -114,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m stack", description="Run torchyard locally: API + worker(s) + Redis.")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
-    parser.add_argument("--workers", type=int, default=1, help="worker processes (each runs one job at a time)")
+    parser.add_argument("--workers", type=int, default=1, help="worker processes, each a host of its own that owns every GPU "
+                                                                  "and CPU slot it finds (one is enough on one machine)")
     args = parser.parse_args(argv)
 
     settings = get_settings()

@@ -35,6 +35,8 @@ def service_env(settings: Settings, **extra: str) -> dict[str, str]:
         "TORCHYARD_POLL_INTERVAL_S": str(settings.poll_interval_s),
         "TORCHYARD_STOP_GRACE_S": str(settings.stop_grace_s),
         "TORCHYARD_MAX_NPROC_PER_NODE": str(settings.max_nproc_per_node),
+        # A worker owns this many CPU slots whatever the test machine's core count: a 4-rank CPU job fits one worker.
+        "TORCHYARD_WORKER_CPU_SLOTS": "4",
         "PYTHONPATH": str(ROOT),
         "OMP_NUM_THREADS": "1",
         # Jobs of several owners on one worker running them as its own user; tests of job uids set TORCHYARD_JOB_UIDS.

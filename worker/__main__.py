@@ -1,4 +1,6 @@
-"""``python -m worker [--queue Q]``: an RQ worker that runs torchyard jobs."""
+"""``python -m worker [--queue Q]``: the worker of one host. It owns the host's GPUs and CPU slots (registered and
+heart-beaten in SQL), runs every node task the scheduler places on it, and takes its turn as the scheduler and
+the reconciler (whichever worker holds the leader lease places jobs)."""
 
 from __future__ import annotations
 
@@ -13,20 +15,22 @@ from jobs import logconfig
 from jobs.db import get_engine, init_db
 from jobs.queue import redis_client
 from jobs.reconciler import ReconcilerLoop
+from jobs.scheduler import SchedulerLoop
 from jobs.settings import get_settings
 from trainer.pdeathsig import set_not_dumpable
+from worker.host import HostHeartbeat, inventory
+from worker.host_runner import HostRunner
 from worker.isolation import on_worker_start
-from worker.rq_worker import TorchyardWorker
 
 # What the Slurm executor runs (worker/executors/slurm.py); sacct is optional.
 SLURM_COMMANDS = ("sbatch", "scontrol", "scancel")
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m worker", description="Run torchyard jobs from Redis queues.")
+    parser = argparse.ArgumentParser(prog="python -m worker", description="Run the torchyard jobs placed on this host.")
     parser.add_argument("--queue", action="append", help="queue to serve (repeatable); default TORCHYARD_WORKER_QUEUES")
-    parser.add_argument("--name", help="worker id; default TORCHYARD_WORKER_ID or host:pid")
-    parser.add_argument("--burst", action="store_true", help="exit when the queues are empty")
+    parser.add_argument("--name", help="host id; default TORCHYARD_WORKER_ID or host:pid")
+    parser.add_argument("--burst", action="store_true", help="exit when no task is waiting or running")
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
     settings = get_settings()
@@ -41,14 +45,28 @@ def main(argv: list[str] | None = None) -> None:
     # Jobs run as this process's user: keep its environment (database URL, secrets key) and memory from them.
     set_not_dumpable()
     name = args.name or settings.worker_id or f"{socket.gethostname()}:{os.getpid()}"
-    # RQ starts each work horse as a fresh interpreter with this environment; it reads its id from there.
+    # Each node task is a fresh interpreter with this environment (worker/host_runner.py); it reads its host id there.
     os.environ["TORCHYARD_WORKER_ID"] = settings.worker_id = name
     init_db(get_engine(settings.database_url))
     with Session(get_engine(settings.database_url)) as session:
         on_worker_start(settings, session, name)
     ReconcilerLoop(settings, interval_s=max(1.0, settings.lease_ttl_s / 2)).start()
-    worker = TorchyardWorker(args.queue or settings.worker_queues, connection=redis_client(settings.redis_url), name=name)
-    worker.work(burst=args.burst, logging_level=args.log_level.upper(), with_scheduler=False)
+    queues = args.queue or settings.worker_queues
+    host = HostHeartbeat(settings, inventory(settings.model_copy(update={"worker_queues": queues}), name))
+    host.register()
+    host.start()
+    redis = redis_client(settings.redis_url)
+    scheduler = SchedulerLoop(settings, holder=name, redis=redis)
+    scheduler.step()
+    scheduler.start()
+    def leave() -> None:
+        scheduler.stop()
+        host.stop()
+
+    try:
+        HostRunner(name, redis, on_stopping=leave).run(burst=args.burst)
+    finally:
+        leave()
 
 
 if __name__ == "__main__":

@@ -3,12 +3,15 @@
 ``parallel.nproc_per_node: "gpu"`` means one rank per GPU of the worker that claims the job; a number
 larger than the worker's GPUs would put two ranks on one device (NCCL refuses that, or the ranks share
 memory and run out of it), so the claim fails with a clear error instead. Torch-free: GPUs are counted
-from TORCHYARD_WORKER_GPUS, else CUDA_VISIBLE_DEVICES, else the NVIDIA driver's /proc entries.
+from TORCHYARD_WORKER_GPUS, else CUDA_VISIBLE_DEVICES, else NVML (nvidia-ml-py), else the NVIDIA
+driver's /proc entries.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -23,20 +26,54 @@ class PlacementError(ValueError):
     """The job's ranks do not fit this worker's GPUs; the message names the field."""
 
 
-def gpu_count(settings: Settings, proc_dir: Path = NVIDIA_PROC) -> int:
-    """GPUs this worker may use: the operator's count (TORCHYARD_WORKER_GPUS), else what CUDA_VISIBLE_DEVICES
-    lists, else the GPUs the NVIDIA driver reports; 0 on a host without one."""
+def gpu_indices(settings: Settings, proc_dir: Path = NVIDIA_PROC, nvml: bool = True) -> tuple[int, ...]:
+    """The physical indices of the GPUs this worker's host owns: 0..N-1 for the operator's count
+    (TORCHYARD_WORKER_GPUS), else what CUDA_VISIBLE_DEVICES lists, else what NVML or the NVIDIA driver reports;
+    empty on a host without one. A rank sees its own through CUDA_VISIBLE_DEVICES set to some of these."""
     if settings.worker_gpus is not None:
-        return settings.worker_gpus
+        return tuple(range(settings.worker_gpus))
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
-        ids = [v for v in visible.split(",") if v.strip()]
+        ids = [v.strip() for v in visible.split(",") if v.strip()]
         # CUDA stops at the first invalid id ("-1" is the usual way to hide every GPU).
-        return next((i for i, v in enumerate(ids) if v.strip().startswith("-")), len(ids))
+        count = next((i for i, v in enumerate(ids) if v.startswith("-")), len(ids))
+        ids = ids[:count]
+        # UUIDs (GPU-...) name no index: the ranks then see positions in this list.
+        return tuple(int(v) for v in ids) if all(v.isdigit() for v in ids) and len(set(ids)) == len(ids) else tuple(range(count))
+    if nvml:
+        found = _nvml_count()
+        if found is not None:
+            return tuple(range(found))
     try:
-        return sum(1 for _ in proc_dir.iterdir())
+        return tuple(range(sum(1 for _ in proc_dir.iterdir())))
     except OSError:
-        return 0
+        return ()
+
+
+def _nvml_count() -> int | None:
+    """GPUs the NVIDIA driver reports through NVML; None where nvidia-ml-py or the driver is absent."""
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except Exception:  # noqa: BLE001 - pynvml raises NVMLError subclasses, or OSError without libnvidia-ml
+        return None
+    try:
+        return int(pynvml.nvmlDeviceGetCount())
+    except Exception:  # noqa: BLE001 - as above: treated as no driver
+        logging.getLogger(__name__).warning("NVML answered no GPU count; counting from /proc instead")
+        return None
+    finally:
+        with contextlib.suppress(Exception):
+            pynvml.nvmlShutdown()
+
+
+def gpu_count(settings: Settings, proc_dir: Path = NVIDIA_PROC) -> int:
+    """GPUs this worker may use (see gpu_indices); 0 on a host without one."""
+    # NVML reads the real driver: a test's stand-in for /proc is asked instead.
+    return len(gpu_indices(settings, proc_dir, nvml=proc_dir == NVIDIA_PROC))
 
 
 def place(raw: dict[str, Any], gpus: int, worker: str, limits: SpecLimits | None = None) -> dict[str, Any]:

@@ -130,7 +130,8 @@ def rank_secrets(session: Session, job_id: str, settings: Settings) -> dict[str,
 
 def torchrun_env(job_id: str, attempt: int, run_dir: Path, settings: Settings,
                  spec: JobSpec | ScriptJobSpec | None = None, resume_from: str | None = None,
-                 node: NodeLaunch | None = None, secrets: dict[str, str] | None = None) -> dict[str, str]:
+                 node: NodeLaunch | None = None, secrets: dict[str, str] | None = None,
+                 gpus: tuple[int, ...] | None = None) -> dict[str, str]:
     """The environment of torchrun and every rank: the worker's without torchyard's service settings,
     the job's allow-listed ``env`` and its decrypted ``secrets`` (both checked again here: the policy may
     have tightened since the job was accepted), ``PYTHONSAFEPATH=1`` (the run directory, the working
@@ -166,4 +167,7 @@ def torchrun_env(job_id: str, attempt: int, run_dir: Path, settings: Settings,
         env[MLFLOW_URI_ENV] = settings.mlflow_tracking_uri
     if node is not None:
         env[NODE_MARK] = str(node.node_rank)
+    if gpus is not None:
+        # The placement's physical GPUs and no others: local rank i sees its job's i-th GPU as cuda:i.
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in gpus)
     return env

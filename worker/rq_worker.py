@@ -1,11 +1,10 @@
-"""The RQ worker class torchyard runs."""
+"""The RQ worker registration of a torchyard host (worker/host_runner.py): it pops its host's queue itself, but
+registers as an RQ worker, so `rq info`, the local stack and the benchmarks see it."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import signal
 import socket
 from pathlib import Path
 
@@ -35,15 +34,7 @@ def process_alive(pid: int) -> bool:
 
 
 class TorchyardWorker(Worker):
-    """RQ does not pass SIGTERM to the work horse: on a warm shutdown (docker stop, Ctrl+C) we
-    forward it, so the supervisor stops torchrun gracefully, the trainer checkpoints, and the job
-    goes back to the queue instead of dying with the container."""
-
-    def handle_warm_shutdown_request(self) -> None:
-        if self.horse_pid:
-            log.warning("worker %s stopping: preempting the job in horse %d", self.name, self.horse_pid)
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.horse_pid, signal.SIGTERM)
+    """A host's registration; the host runner forwards SIGTERM to its tasks itself."""
 
     def register_birth(self) -> None:
         self.forget_dead_namesake()

@@ -31,12 +31,10 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session
 
-from jobs import gang as gang_keys
 from jobs import queue, retry
 from jobs.clock import db_now
 from jobs.db import get_engine
 from jobs.ingest import Fenced, ingest_events
-from jobs.limits import running_cap_reached
 from jobs.models import Attempt, ErrorType, Job, Status, utcnow
 from jobs.reconciler import worker_losses
 from jobs.settings import Settings, get_settings
@@ -45,10 +43,10 @@ from trainer import pg_watch
 from trainer.pdeathsig import set_not_dumpable
 from trainer.spec import AnySpec, SpecError, spec_from_dict
 from worker import devices, job_code, mlflow_runs, oom, outcome, run_dirs
+from worker import node as nodes
 from worker.executors import make_executor
 from worker.executors.base import Launch, LaunchError, LaunchRequest, Phase, RankState, engine_verdict
 from worker.found import Found, found_in_run, resume_arguments
-from worker.gang import Leader, advertised_host, free_port, node_launch
 from worker.isolation import Isolation
 from worker.job_users import JobIdentity
 from worker.launch import ERROR_FILE, SPEC_FILE, NodeLaunch, rank_secrets
@@ -65,13 +63,24 @@ def worker_id(settings: Settings) -> str:
 
 
 def supervise(job_id: str, attempt: int) -> str:
-    """Entry point named in every RQ job (see jobs.queue.SUPERVISE)."""
+    """Node 0 of one attempt the scheduler placed on this host: adopt it, run it, give its verdict."""
     settings = get_settings()
     set_not_dumpable()  # the work horse holds the service's settings; its jobs run as the same user
     engine = get_engine(settings.database_url)
-    # RQ forks a work horse per job; connections inherited from the parent must not be shared.
+    # Each task is a forked child of the worker (worker/host_runner.py): inherited connections must not be shared.
     engine.dispose(close=False)
     return Supervisor(job_id, attempt, settings, engine, queue.redis_client(settings.redis_url)).run()
+
+
+def run_node(job_id: str, attempt: int, node_rank: int) -> str:
+    """One node task of a placement (jobs.scheduler.NODE_TASK): node 0 supervises the job, any other follows it."""
+    if node_rank == 0:
+        return supervise(job_id, attempt)
+    settings = get_settings()
+    set_not_dumpable()
+    engine = get_engine(settings.database_url)
+    engine.dispose(close=False)  # a forked task: the parent's connections are not its own
+    return nodes.Follower(job_id, attempt, node_rank, settings, Session(engine, expire_on_commit=False)).run()
 
 
 @dataclass
@@ -96,9 +105,9 @@ class Supervisor:
         self.log_extra = {"job_id": job_id}
         self.last_phase: str | None = None
         self.preempt_requested = False
-        # Set for a multi-node job once its gang assembled: this supervisor is node 0, the leader.
-        self.gang: Leader | None = None
-        self.node: int | None = None
+        # The scheduler's placement of the adopted attempt; nnodes > 1: this supervisor is node 0 of a gang.
+        self.placement: list[dict[str, object]] | None = None
+        self.nnodes = 1
         self._setup_beat = 0.0  # next heartbeat while the job's environment is built
         # When the lease was last renewed (monotonic); database calls retry until 0.8 TTL past it.
         self.lease_ok = time.monotonic()
@@ -114,24 +123,13 @@ class Supervisor:
     # ------------------------------------------------------------ lifecycle
 
     def run(self) -> str:
-        if self._over_running_cap():
-            # Left queued in SQL and gone from Redis: the reconciler offers it again after a lease TTL.
-            log.info("job %s: owner is at the running-job cap; held back", self.job_id, extra=self.log_extra)
-            return "held back: owner's running-job cap"
-        # The worker process forwards SIGTERM (docker stop, node drain) to this work horse.
+        # The worker process forwards SIGTERM (docker stop, node drain) to this task.
         previous = signal.signal(signal.SIGTERM, self._on_sigterm)
         try:
-            nnodes = self._nnodes()
-            if nnodes > 1 and not self.executor.allocates_nodes:
-                verdict = self._assemble(nnodes)
-                if verdict is not None:
-                    return verdict
             try:
                 job = self._claim()
             except TransitionRefused as exc:
                 log.info("job %s: not started (%s)", self.job_id, exc, extra=self.log_extra)
-                if self.gang is not None:
-                    self.gang.abort()
                 return f"skipped: {exc}"
             try:
                 return self._run_attempt(job)
@@ -152,94 +150,42 @@ class Supervisor:
             signal.signal(signal.SIGTERM, previous)
             self.session.close()
 
-    # ------------------------------------------------------------ gang (multi-node jobs, worker/gang.py)
-
-    def _nnodes(self) -> int:
-        def read() -> int:
-            job = self.session.get(Job, self.job_id)
-            self.session.commit()
-            return gang_keys.nnodes(job.spec) if job is not None else 1
-
-        return self._db(read, "reading the job")
-
-    def _queued_job(self) -> Job | None:
-        def read() -> Job | None:
-            job = self.session.get(Job, self.job_id, populate_existing=True)
-            self.session.commit()
-            if job is not None:
-                # Detached, fully loaded: a later rollback cannot expire it into a query against a dead database.
-                self.session.expunge(job)
-            return job
-
-        job = self._db(read, "reading the job")
-        if job is None or job.status != Status.QUEUED.value or job.attempt != self.rq_attempt:
-            return None
-        return job
-
-    def _assemble(self, nnodes: int) -> str | None:
-        """Recruit nnodes - 1 followers before the claim; a verdict when this task ends here instead."""
-        job = self._queued_job()
-        if job is None:
-            return "skipped: not queued at this attempt"
-        leader = Leader(self.redis, self.settings, job, nnodes, self.worker_id)
-        held = gang_keys.held_key(job.id, job.attempt)
-        self.redis.set(held, self.worker_id, px=leader.lock_ms + 10_000)
-        try:
-            if not leader.lock():
-                holder = leader.lock_holder() or ""
-                if holder.startswith(f"{job.id}:a{job.attempt}:"):
-                    return "skipped: a duplicate of this job is assembling its gang"
-                log.info("job %s: another gang is assembling (%s); offered again", job.id, holder, extra=self.log_extra)
-                self._reoffer(job, held)
-                # Not a hot loop: this worker takes the next task a moment later, perhaps a follower of that gang.
-                time.sleep(1.0)
-                return "re-offered: another gang is assembling"
-            wanted = lambda: not self.preempt_requested and self._queued_job() is not None  # noqa: E731
-            if leader.assemble(wanted):
-                self.gang, self.node = leader, 0
-                return None
-            if self._queued_job() is not None:
-                log.info("job %s: %d of %d nodes joined in %ss; offered again", job.id, len(leader.round.members()), nnodes,
-                         self.settings.gang_assemble_timeout_s, extra=self.log_extra)
-                self._reoffer(job, held)
-            return "re-offered: gang did not assemble"
-        finally:
-            self.redis.delete(held)
-
-    def _reoffer(self, job: Job, held: str) -> None:
-        self.redis.delete(held)
-        if not queue.is_waiting(self.redis, job):  # a duplicate entry already waits: one is enough
-            queue.reoffer(self.redis, job)
+    # ------------------------------------------------------------ gang (multi-node jobs, worker/node.py)
 
     def _gang_stop(self) -> None:
-        if self.gang is not None:
-            self.gang.stop()
+        """Tell the other nodes to stop their ranks now (a checkpoint on SIGTERM is a collective of every node)."""
+        if self.nnodes > 1 and self.attempt is not None:
+            nodes.say(self.session, self.job_id, self.attempt, self.worker_id, nodes.STOP, True)
 
     def _gang_stop_quietly(self) -> None:
         try:
             self._gang_stop()
-        except Exception:  # noqa: BLE001 - giving up anyway; the followers stop when node 0's heartbeat lapses
+        except Exception:  # noqa: BLE001 - giving up anyway; the followers stop once the job leaves this attempt
             log.warning("job %s: could not tell the gang to stop", self.job_id, extra=self.log_extra)
 
-    def _gang_settle(self, job: Job) -> list[int]:
-        """Stop waiting for the followers once each reported its exit or stopped heart-beating; the lost ones."""
-        if self.gang is None:
+    def _gang_lost(self) -> list[tuple[int, str]]:
+        """After node 0's ranks failed: the nodes whose host died, waited for up to a lease (a host is dead once its
+        heartbeat is a lease old), so a peer's crash is told apart from a training error. Heartbeats meanwhile."""
+        if self.nnodes <= 1:
             return []
-
-        def keep_lease() -> None:
+        deadline = time.monotonic() + self.settings.lease_ttl_s * 1.2
+        while True:
+            with contextlib.suppress(SQLAlchemyError):
+                dead = nodes.dead_nodes(self.session, self.placement, self.settings.lease_ttl_s)  # type: ignore[arg-type]
+                if dead:
+                    return dead
+            if time.monotonic() >= deadline or self.lease_lost:
+                return []
             self._try_heartbeat()
-
-        return self.gang.settle(self.settings.stop_grace_s + self.settings.lease_ttl_s + 5, on_wait=keep_lease)
+            time.sleep(0.5)
 
     def _gang_failure(self, run_dir: Path, attempt: int) -> outcome.Failure | None:
-        """The first follower that exited with an error, as its own error file and launcher log tell it."""
-        if self.gang is None:
-            return None
-        for rank, code in sorted(self.gang.round.exits().items()):
-            if code not in (0, None):
-                found = outcome.failure(code, run_dir / f"error-node-{rank}.json",
-                                        run_dir / "logs" / f"attempt-{attempt}" / f"launcher-node-{rank}.log")
-                return outcome.Failure(found.type, f"node {rank}: {found.message}", found.traceback, code, found.log_tail, found.rank)
+        """The first other node whose ranks left an error with a traceback, as its own error file tells it."""
+        for rank in range(1, self.nnodes):
+            found = outcome.failure(1, run_dir / f"error-node-{rank}.json",
+                                    run_dir / "logs" / f"attempt-{attempt}" / f"launcher-node-{rank}.log")
+            if found.traceback is not None:
+                return outcome.Failure(found.type, f"node {rank}: {found.message}", found.traceback, None, found.log_tail, found.rank)
         return None
 
     def _done_despite(self, job: Job, what: str) -> str:
@@ -262,8 +208,7 @@ class Supervisor:
     def _disk_full(self, job: Job, exc: OSError, run_dir: Path) -> str:
         """No space to prepare the run: named as such (not a lost worker), and not retried: another attempt would
         write to the same volume."""
-        if self.gang is not None:
-            self.gang.abort()
+        self._gang_stop_quietly()
         where = exc.filename or getattr(exc, "path", None) or run_dir
         message = f"disk full: no space left on the device writing {where}"
         log.error("job %s: %s", self.job_id, message, extra=self.log_extra)
@@ -279,36 +224,35 @@ class Supervisor:
         log.warning("job %s: worker is stopping; preempting the attempt", self.job_id, extra=self.log_extra)
         self.preempt_requested = True
 
-    def _over_running_cap(self) -> bool:
-        def read() -> bool:
-            job = self.session.get(Job, self.job_id)
-            over = job is not None and job.status == Status.QUEUED.value and running_cap_reached(self.session, job.owner, self.settings)
-            self.session.commit()
-            return over
-
-        return self._db(read, "reading the job")
-
     def _claim(self) -> Job:
+        """Adopt the attempt the scheduler placed here: exactly one task does (the attempt's row names no worker until
+        then), and only while the job runs this attempt on this host. Raises TransitionRefused otherwise."""
         def claim() -> Job:
-            now = utcnow()
             run_dir = (self.settings.runs_dir / self.job_id).resolve()
-            job = transition(
-                self.session, self.job_id, Status.RUNNING, expect=[Status.QUEUED], reason=f"started on {self.worker_id}",
-                values={
-                    "worker_id": self.worker_id, "run_dir": str(run_dir),
-                    "started_at": sa.func.coalesce(Job.started_at, now),
-                    "lease_expires_at": db_now(self.session, self.settings.lease_ttl_s),
-                },
-            )
-            self.session.merge(Attempt(job_id=job.id, attempt=job.attempt, worker_id=self.worker_id, started_at=now))
+            placed_here = sa.exists().where(Job.id == self.job_id, Job.attempt == self.rq_attempt, Job.worker_id == self.worker_id,
+                                            Job.status.in_([Status.RUNNING.value, Status.CANCELLING.value]))  # type: ignore[attr-defined]
+            adopted = self.session.exec(  # type: ignore[call-overload]
+                sa.update(Attempt).where(Attempt.job_id == self.job_id, Attempt.attempt == self.rq_attempt,
+                                         Attempt.worker_id.is_(None), placed_here)  # type: ignore[union-attr]
+                .values(worker_id=self.worker_id, started_at=utcnow())).rowcount
+            if adopted != 1:
+                self.session.rollback()
+                raise TransitionRefused(self.job_id, f"not placed on {self.worker_id} at attempt {self.rq_attempt}, "
+                                                     "or adopted already", Status.RUNNING)
+            self.session.exec(sa.update(Job).where(Job.id == self.job_id, Job.attempt == self.rq_attempt)  # type: ignore[call-overload]
+                              .values(run_dir=str(run_dir), lease_expires_at=db_now(self.session, self.settings.lease_ttl_s)))
             self.session.commit()
+            job = self.session.get(Job, self.job_id, populate_existing=True)
+            assert job is not None
             return job
 
-        # A claim whose commit was lost is retried as a transition from queued, which then refuses: the job sits
-        # running with our lease until the reconciler requeues it, which costs no retry.
-        job = self._db(claim, "claiming the job")
+        job = self._db(claim, "adopting the attempt")
         self.lease_ok = time.monotonic()
         self.attempt = job.attempt
+        self.placement = job.placement
+        parallel = job.spec.get("parallel") or {}
+        self.nnodes = 1 if self.executor.allocates_nodes else int(parallel.get("nnodes", 1))
+        log.info("job %s attempt %d: adopted on %s (%s)", job.id, job.attempt, self.worker_id, job.placement, extra=self.log_extra)
         # Detached, fully loaded: a later rollback cannot expire it into a query against a dead database.
         self.session.expunge(job)
         return job
@@ -317,6 +261,14 @@ class Supervisor:
         if self.identity is not None and self.attempt is not None:
             self.isolation.end(self.session, self.job_id, self.attempt, self.identity)
             self.identity = None
+
+    def _gpus(self) -> tuple[int, ...] | None:
+        """Node 0's GPUs as placed (its ranks see only these); None where the executor's engine places the ranks."""
+        return None if self.executor.allocates_nodes else nodes.node_gpus(self.placement, 0)
+
+    def _gpu_count(self) -> int:
+        gpus = self._gpus()
+        return devices.gpu_count(self.settings) if gpus is None else len(gpus)
 
     def _prepare(self, job: Job, spec: AnySpec, run_dir: Path) -> None:
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -335,15 +287,12 @@ class Supervisor:
         self.found = Found(run_dir, enabled=False)  # until the spec says what to look for
         refused = self.isolation.owner_refused(self.redis, job.owner)
         if refused is not None:
-            if self.gang is not None:
-                self.gang.abort()
+            self._gang_stop_quietly()
             return self._fail_or_retry(job, outcome.Failure(ErrorType.SPEC, refused, None, None), retry=False)
         try:
-            spec = spec_from_dict(devices.place(job.spec, devices.gpu_count(self.settings), self.worker_id,
-                                                self.settings.spec_limits()))
+            spec = spec_from_dict(devices.place(job.spec, self._gpu_count(), self.worker_id, self.settings.spec_limits()))
         except devices.PlacementError as exc:
-            if self.gang is not None:
-                self.gang.abort()
+            self._gang_stop_quietly()
             # Another attempt on this worker would fail the same way.
             return self._fail_or_retry(job, outcome.Failure(ErrorType.SPEC, str(exc), None, None), retry=False)
         self.found = found_in_run(run_dir, spec, job.created_at)
@@ -353,8 +302,7 @@ class Supervisor:
             job_code.prepare(self.settings, job, spec, run_dir, keep_going=lambda: self._setup_keep_going(job))
             self.identity = self._db(lambda: self.isolation.take(self.session, job.id, job.attempt, run_dir), "leasing a uid")
         except NoFreeUid as exc:
-            if self.gang is not None:
-                self.gang.abort()
+            self._gang_stop_quietly()
             return self._fail_or_retry(job, outcome.Failure(ErrorType.INTERNAL, str(exc), None, None))
         except (job_code.SetupFailed, job_code.SetupInterrupted) as exc:
             return self._setup_ended(job, exc)
@@ -362,31 +310,29 @@ class Supervisor:
             if exc.errno != errno.ENOSPC:
                 raise
             return self._disk_full(job, exc, run_dir)
-        spec = devices.cpu_env(spec, devices.gpu_count(self.settings))
+        spec = devices.cpu_env(spec, self._gpu_count())
         # A resuming attempt of a script gets its resume_args with the latest checkpoint found (worker/found.py).
         spec, self.resumed_step = resume_arguments(spec, self.found, job.attempt > 1 or bool(job.resume_from), job.resume_from)
         node: NodeLaunch | None = None
-        if self.gang is not None:
-            host = advertised_host(self.settings)
-            node = node_launch(self.settings, job.id, job.attempt, spec.parallel.nnodes, 0, f"{host}:{free_port(host)}")
+        if self.nnodes > 1:
+            # spec.json is written and the job row says running: once the endpoint is in SQL, the other nodes start.
+            endpoint = nodes.rendezvous_endpoint(self.settings)
+            node = nodes.node_launch(self.settings, job.id, job.attempt, self.nnodes, 0, endpoint)
+            self._db(lambda: nodes.say(self.session, job.id, job.attempt, self.worker_id, nodes.ENDPOINT, endpoint),
+                     "publishing the rendezvous endpoint")
+            log.info("job %s attempt %d: gang of %d meets at %s", job.id, job.attempt, self.nnodes, endpoint, extra=self.log_extra)
         request = LaunchRequest(job_id=job.id, attempt=job.attempt, run_dir=run_dir, spec=spec, resume_from=job.resume_from,
-                                node=node, identity=self.identity)
+                                node=node, identity=self.identity, gpus=self._gpus())
         self._stop_earlier_attempts(job, request)
         try:
             secrets = self._db(lambda: rank_secrets(self.session, job.id, self.settings), "reading the job's secrets")
             self.launch = launch = self.executor.start(dataclasses.replace(request, secrets=secrets))
         except (SpecError, LaunchError) as exc:
             # SpecError: the code root changed under an accepted job: nothing outside it may run, and retrying cannot help.
-            if self.gang is not None:
-                self.gang.abort()
+            self._gang_stop_quietly()
             return self._launch_refused(job, exc)
         self._record_executor_id(job, launch.executor_id)
         self._start_watchdog()
-        if self.gang is not None and node is not None:
-            # spec.json is written and the job row says running: the followers may start.
-            self.gang.go(node.endpoint)
-            log.info("job %s attempt %d: gang of %d starts at %s", job.id, job.attempt, node.nnodes, node.endpoint,
-                     extra=self.log_extra)
         log.info("job %s attempt %d: started by the %s executor%s", job.id, job.attempt, self.executor.name,
                  f" as {launch.executor_id}" if launch.executor_id else "", extra=self.log_extra)
         ended = self._watch(job, spec)
@@ -404,7 +350,7 @@ class Supervisor:
         self.executor.release(launch)  # strays such as data-loader workers orphaned by a dead rank
         if code != 0:
             self._gang_stop()  # node 0 failed: no follower may run on alone
-        lost = self._gang_settle(job)
+        lost = self._gang_lost() if code != 0 else []
         self._gang_stop()  # whatever did not finish by now stops
         self._ingest(final=True)
         if self.tail.bad is not None:
@@ -420,12 +366,11 @@ class Supervisor:
         if outcome.was_preempted(code, self.last_phase):
             return self._requeue(job, reason="preempted; resumes from its checkpoint", outcome_name="preempted",
                                  consume_retry=False, exit_code=code)
-        if self.gang is not None and not lost and self.last_phase == "done":
+        if self.nnodes > 1 and not lost and self.last_phase == "done":
             return self._done_despite(job, f"node 0's torchrun exited with code {code}")
         if lost:
             # Node 0's ranks failed because a peer node vanished: the node's loss is the cause, not the training.
-            members = self.gang.round.members() if self.gang else {}
-            what = ", ".join(f"node {r} (worker {members.get(r)})" for r in lost) + " lost"
+            what = ", ".join(f"node {r} (host {h})" for r, h in lost) + " lost"
             return self._node_lost(job, what, code)
         failure = outcome.failure(code, run_dir / ERROR_FILE, launch.launcher_log)
         if failure.traceback is None:
@@ -504,8 +449,7 @@ class Supervisor:
         return not self.preempt_requested
 
     def _setup_ended(self, job: Job, exc: Exception) -> str:
-        if self.gang is not None:
-            self.gang.abort()
+        self._gang_stop_quietly()
         if isinstance(exc, job_code.SetupFailed):
             # Installing the same requirements again would fail the same way: no retry.
             return self._fail_or_retry(job, outcome.Failure(ErrorType.SETUP, str(exc), None, None, exc.log_tail), retry=False)
@@ -582,23 +526,6 @@ class Supervisor:
                 code = self._stop(job)
                 return self._fail_or_retry(job, outcome.Failure(
                     ErrorType.STALLED, f"stalled: no progress from rank 0 for {spec.stall_timeout_s}s", None, code))
-            if self.gang is not None:
-                self.gang.round.beat(0)
-                trouble = self.gang.trouble()
-                if trouble is not None:
-                    what, kind = trouble
-                    self._ingest()  # the trainer may have said "done" since the top of this loop
-                    log.warning("job %s: %s; stopping the gang", job.id, what, extra=self.log_extra)
-                    code = self._stop(job)
-                    if kind == "failed" and self.last_phase == "done":
-                        return self._done_despite(job, what)
-                    if kind == "lost":
-                        return self._node_lost(job, what, code)
-                    if kind == "preempted":
-                        return self._requeue(job, reason=f"{what}; resumes from its checkpoint", outcome_name="preempted",
-                                             consume_retry=False, exit_code=code)
-                    failure = self._gang_failure(Path(job.run_dir or ""), job.attempt)
-                    return self._fail_or_retry(job, failure or outcome.Failure(ErrorType.TRAINING, what, None, code))
             time.sleep(self.settings.poll_interval_s)
         return state
 
@@ -607,8 +534,6 @@ class Supervisor:
     def _stop(self, job: Job) -> int | None:
         def keep_lease() -> None:
             # The grace period can outlast the lease; without heartbeats a reconciler would take the job mid-stop.
-            if self.gang is not None:
-                self.gang.round.beat(0)  # and the followers would take node 0 for dead
             with contextlib.suppress(SQLAlchemyError, Fenced):  # the final ingest reads these lines again, or is fenced too
                 self._ingest()
             self._try_heartbeat()
@@ -617,7 +542,6 @@ class Supervisor:
         self._gang_stop()
         assert self.launch is not None
         code = self.executor.stop(self.launch, self.settings.stop_grace_s, on_wait=keep_lease).exit_code
-        self._gang_settle(job)
         self._ingest(final=True)
         return code
 
@@ -771,13 +695,13 @@ class Supervisor:
         except TransitionRefused as exc:
             log.warning("job %s: requeue refused (%s)", job.id, exc, extra=self.log_extra)
             return "requeue refused"
-        queue.enqueue(self.redis, fresh)
+        log.info("job %s: back in line at attempt %d; the scheduler places it again", fresh.id, fresh.attempt, extra=self.log_extra)
         return "requeued"
 
     def _fail_or_retry(self, job: Job, error: outcome.Failure, retry: bool = True) -> str:
         if retry and error.type == ErrorType.OOM:
             spec = spec_from_dict(job.spec)
-            ranks = spec.parallel.world_size if spec.parallel.ranks_known else spec.parallel.nnodes * devices.gpu_count(self.settings)
+            ranks = spec.parallel.world_size if spec.parallel.ranks_known else spec.parallel.nnodes * self._gpu_count()
             halved = oom.halved_micro_batch(job.spec, job.attempt, ranks)
             if halved is not None:
                 # The remedy is the change itself, so it spends no retry; halvings are bounded by the micro-batch.

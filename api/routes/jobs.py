@@ -9,19 +9,15 @@ from typing import Annotated
 from fastapi import APIRouter, Body, Header, Path, Query, Request, Response
 from fastapi.responses import StreamingResponse
 from pydantic import StringConstraints
-from redis import Redis
-from sqlalchemy.engine import Engine
-from sqlmodel import Session
 
-from api import ranges, read_pool
+from api import ranges
 from api.auth import PrincipalDep
 from api.deps import RedisDep, SessionDep, SettingsDep
 from api.errors import invalid, responses
 from api.job_reader import JobReader
 from api.schemas import CheckpointList, CheckpointOut, JobList, JobOut, MetricList, MetricOut
-from jobs import bundles, checkpoint_archive, cursors, job_read, service
+from jobs import bundles, checkpoint_archive, cursors, service
 from jobs.models import Status
-from jobs.settings import Settings
 from trainer.spec import LABEL_KEY_PATTERN, AnySpec, SpecError, SpecProblem, spec_problems
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
@@ -103,15 +99,8 @@ async def get_job(job_id: JobId, principal: PrincipalDep, request: Request) -> R
     rows = await reader.read(job_id)  # in the event loop: cheaper than a hop to a thread (api.job_reader)
     if rows is None or rows.values["owner"] != principal.owner:
         raise service.JobNotFound(job_id)  # another owner's job is indistinguishable from a missing one
-    if rows.values["status"] != Status.QUEUED.value:
-        return _detail_response(service.detail_of(rows, None, state.redis, state.settings))
-    # A queued job's place and waiting reason ask Redis and SQL: one hop to the read pool (api.read_pool) for them.
-    return await read_pool.run(_queued_detail, rows, state.engine, state.redis, state.settings)
-
-
-def _queued_detail(rows: job_read.JobRows, engine: Engine, redis: Redis, settings: Settings) -> Response:
-    with Session(engine) as session:
-        return _detail_response(service.detail_of(rows, session, redis, settings))
+    # A queued job's place and waiting reason are stored by the scheduler: every status reads the same way.
+    return _detail_response(service.detail_of(rows, None, state.redis, state.settings))
 
 
 def _detail_response(detail: service.JobDetail) -> Response:

@@ -7,8 +7,6 @@ from typing import Any
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
-from redis import Redis
-from rq import Worker
 from sqlmodel import Session
 
 from api.app import create_app
@@ -89,13 +87,3 @@ def ingest(settings: Settings, job_id: str, events: list[dict[str, Any]]) -> Non
 def metric_event(seq: int, step: int, **values: float) -> dict[str, Any]:
     return {"seq": seq, "time": 1_700_000_000.0 + seq, "type": "metric", "step": step, "epoch": 0,
             "values": values or {"train/loss": 1.0 / seq}}
-
-
-@pytest.fixture
-def rq_worker(settings: Settings) -> Iterator[Worker]:
-    """An RQ worker registered in Redis for queue 'default' (idle, running nothing), as `python -m worker` would be."""
-    worker = Worker(["default"], connection=Redis.from_url(settings.redis_url), name="fake-worker")
-    worker.register_birth()
-    worker.set_state("idle")
-    yield worker
-    worker.register_death()

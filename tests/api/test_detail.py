@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from fastapi.testclient import TestClient
-from rq import Worker
+from redis import Redis
 
 from api.schemas import AttemptOut, JobOut, TransitionOut
-from jobs import service
+from jobs import hosts, leader, service
 from jobs.models import Status
+from jobs.scheduler import run_pass
 from jobs.settings import Settings
 from jobs.states import transition
 from tests.api.conftest import finish_job, key_headers, mlp_spec, session_of, start_job
@@ -35,33 +36,55 @@ def test_detail_shows_attempts_and_transitions(client: TestClient, settings: Set
     assert client.get("/v1/jobs").json()["items"][0]["transitions"] == []
 
 
+def _host(settings: Settings, host_id: str, cpu_slots: int, gpus: int = 0) -> None:
+    with session_of(settings) as s:
+        hosts.register(s, hosts.Inventory(id=host_id, gpus=tuple(range(gpus)), cpu_slots=cpu_slots, queues=("default",)))
+
+
+def _scheduler_pass(settings: Settings) -> list[str]:
+    """One pass of the scheduler as its leader runs it; the ids it placed."""
+    with session_of(settings) as s:
+        assert leader.hold(s, leader.SCHEDULER, "test", settings.lease_ttl_s)
+        return run_pass(s, Redis.from_url(settings.redis_url), settings, "test").placed
+
+
 def test_waiting_reason_names_the_cause(client: TestClient, settings: Settings) -> None:
     settings.queues = ["default", "gpu-big"]  # TORCHYARD_QUEUES: a job for any other queue is refused
     first = client.post("/v1/jobs", json=mlp_spec()).json()
-    assert first["queue_position"] == 0
-    assert first["waiting_reason"] == "no worker is serving queue default"
+    # Until the scheduler's next pass there is nothing to say: no reason that reads like a fault.
+    assert first["queue_position"] is None and first["waiting_reason"] is None
     other = client.post("/v1/jobs", json=mlp_spec(queue="gpu-big")).json()
-    assert other["waiting_reason"] == "no worker is serving queue gpu-big"
+    _scheduler_pass(settings)
+    assert client.get(f"/v1/jobs/{first['id']}").json()["waiting_reason"] == "no live host serves queue default"
+    assert client.get(f"/v1/jobs/{other['id']}").json()["waiting_reason"] == "no live host serves queue gpu-big"
 
 
-def test_waiting_reason_with_a_worker(client: TestClient, settings: Settings, rq_worker: Worker) -> None:
-    ids = [client.post("/v1/jobs", json=mlp_spec()).json()["id"] for _ in range(4)]
+def test_waiting_reason_with_a_host(client: TestClient, settings: Settings) -> None:
+    _host(settings, "cpu-a", cpu_slots=2)
+    ids = [client.post("/v1/jobs", json=mlp_spec()).json()["id"] for _ in range(4)]  # 2 ranks each, on CPU
+    assert _scheduler_pass(settings) == ids[:1]
     details = [client.get(f"/v1/jobs/{i}").json() for i in ids]
-    assert [d["queue_position"] for d in details] == [0, 1, 2, 3]
-    assert details[3]["waiting_reason"] == "3 jobs ahead in queue default"
-    assert details[1]["waiting_reason"] == "1 job ahead in queue default"
-    assert "next in queue default" in details[0]["waiting_reason"]
-    rq_worker.set_state("busy")
-    assert "busy" in client.get(f"/v1/jobs/{ids[0]}").json()["waiting_reason"]
+    assert details[0]["status"] == "running" and details[0]["waiting_reason"] is None
+    assert details[0]["placement"] == [{"node_rank": 0, "host": "cpu-a", "gpus": [], "cpu_slots": 2}]
+    assert [d["queue_position"] for d in details[1:]] == [0, 1, 2]
+    # They fitted the idle host when the pass began; the job placed ahead of them took it.
+    assert [d["waiting_reason"] for d in details[1:]] == ["1 job ahead of it"] * 3
+    _scheduler_pass(settings)
+    assert [client.get(f"/v1/jobs/{i}").json()["waiting_reason"] for i in ids[1:]] == [
+        "needs 2 CPU slots on one host; all CPU slots are busy"] * 3
+    big = client.post("/v1/jobs", json=mlp_spec(parallel={"strategy": "ddp", "nproc_per_node": 4})).json()["id"]
+    _scheduler_pass(settings)
+    assert client.get(f"/v1/jobs/{big}").json()["waiting_reason"] == "needs 4 CPU slots on one host; no host has 4 (largest: cpu-a with 2)"
 
 
-def test_waiting_reason_running_cap(client: TestClient, settings: Settings, rq_worker: Worker) -> None:
+def test_waiting_reason_running_cap(client: TestClient, settings: Settings) -> None:
     capped = settings.model_copy(update={"max_running_per_owner": 1})
-    client.app.state.settings = capped  # type: ignore[attr-defined]
+    _host(settings, "cpu-a", cpu_slots=8)
     running = client.post("/v1/jobs", json=mlp_spec()).json()
     start_job(settings, running["id"])
-    waiting = client.get(f"/v1/jobs/{client.post('/v1/jobs', json=mlp_spec()).json()['id']}").json()
-    assert waiting["waiting_reason"] == "over the owner's running-job cap: 1 running, the cap is 1"
+    waiting = client.post("/v1/jobs", json=mlp_spec()).json()["id"]
+    assert _scheduler_pass(capped) == []
+    assert client.get(f"/v1/jobs/{waiting}").json()["waiting_reason"] == "over the owner's running-job cap: 1 running, the cap is 1"
 
 
 def test_detail_after_each_change_shows_it_at_once(client: TestClient, settings: Settings) -> None:
@@ -105,3 +128,21 @@ def test_detail_of_another_owners_job_is_not_found(client: TestClient, settings:
     other = key_headers(client, "bob")
     assert client.get(f"/v1/jobs/{job_id}", headers=other).status_code == 404
     assert client.get("/v1/jobs/no-such-job", headers=other).json()["status"] == 404
+
+
+def test_queue_lists_waiting_jobs_in_the_schedulers_order_with_reasons(client: TestClient, settings: Settings) -> None:
+    _host(settings, "cpu-a", cpu_slots=2)
+    alice = key_headers(client, "alice")
+    ids = [client.post("/v1/jobs", json=mlp_spec(), headers=alice).json()["id"] for _ in range(3)]
+    theirs = client.post("/v1/jobs", json=mlp_spec()).json()["id"]
+    before = client.get("/v1/queue", headers=alice).json()["items"]
+    assert [q["id"] for q in before] == ids and all(q["waiting_reason"] is None for q in before)
+    _scheduler_pass(settings)
+    _scheduler_pass(settings)
+    mine = client.get("/v1/queue", headers=alice).json()["items"]
+    assert [q["id"] for q in mine] == ids[1:]  # the first runs; another owner's job is not listed
+    assert [q["queue_position"] for q in mine] == [0, 1]
+    assert mine[0]["waiting_reason"] == "needs 2 CPU slots on one host; all CPU slots are busy"
+    assert (mine[0]["nnodes"], mine[0]["nproc_per_node"], mine[0]["device"]) == (1, 2, "auto")
+    everyone = client.get("/v1/queue").json()["items"]
+    assert [q["id"] for q in everyone] == [*ids[1:], theirs] and everyone[2]["queue_position"] == 2

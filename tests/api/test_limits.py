@@ -9,12 +9,14 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 from pydantic import BaseModel
-from rq import Worker
+from redis import Redis
 
 from api.app import create_app
+from jobs import leader
 from jobs.models import Status
+from jobs.scheduler import run_pass
 from jobs.settings import Settings
-from tests.api.conftest import ADMIN, key_headers, mlp_spec, start_job
+from tests.api.conftest import ADMIN, key_headers, mlp_spec, session_of, start_job
 from trainer import catalog
 from trainer.spec import SPEC_ADAPTER
 
@@ -50,7 +52,7 @@ def test_oversized_body_is_413_before_it_is_read(small: TestClient) -> None:
     assert small.post("/v1/jobs", json=mlp_spec()).status_code == 201
 
 
-def test_queued_cap_is_429_per_owner(small: TestClient, settings: Settings, rq_worker: Worker) -> None:
+def test_queued_cap_is_429_per_owner(small: TestClient, settings: Settings) -> None:
     alice = key_headers(small, "alice")
     first = [small.post("/v1/jobs", json=mlp_spec(), headers={**alice, "Idempotency-Key": f"k{i}"}).json() for i in range(2)]
     resp = small.post("/v1/jobs", json=mlp_spec(), headers=alice)
@@ -64,6 +66,9 @@ def test_queued_cap_is_429_per_owner(small: TestClient, settings: Settings, rq_w
     start_job(settings, first[0]["id"])
     third = small.post("/v1/jobs", json=mlp_spec(), headers=alice)
     assert third.status_code == 201
+    with session_of(settings) as s:  # the scheduler's pass, under the app's caps
+        assert leader.hold(s, leader.SCHEDULER, "test", settings.lease_ttl_s)
+        run_pass(s, Redis.from_url(settings.redis_url), small.app.state.settings, "test")  # type: ignore[attr-defined]
     assert "running-job cap" in small.get(f"/v1/jobs/{third.json()['id']}", headers=alice).json()["waiting_reason"]
     assert small.post("/v1/jobs", json=mlp_spec(), headers=alice).status_code == 429
     # A replayed idempotent request still answers with its job when the owner is at the cap.

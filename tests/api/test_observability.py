@@ -34,7 +34,7 @@ def test_metrics_cover_jobs_queues_dispatch_ingest_and_requests(client: TestClie
     assert m[("torchyard_jobs", (("status", "queued"),))] == 3
     assert m[("torchyard_jobs", (("status", "running"),))] == 1
     assert m[("torchyard_jobs", (("status", "failed"),))] == 0
-    assert m[("torchyard_queue_depth", (("queue", "default"),))] == 3  # RQ still holds the started one: no worker took it
+    assert m[("torchyard_queue_depth", (("queue", "default"),))] == 2  # queued in SQL: the started one is not
     assert m[("torchyard_queue_depth", (("queue", "other"),))] == 1
     assert m[("torchyard_events_ingested_total", ())] == 2
     assert m[("torchyard_dispatch_latency_seconds_count", ())] == 1
@@ -75,11 +75,11 @@ def test_readyz_fails_when_redis_does_not_answer(settings: Settings) -> None:
         resp = c.get("/readyz")
         assert resp.status_code == 503
         assert resp.json() == {"status": "unavailable", "checks": {"database": "ok", "redis": "error: ConnectionError"}}
-        # A job is still accepted while Redis is down: SQL is the truth, the reconciler enqueues it later.
+        # A job is still accepted while Redis is down: SQL is the truth, and the scheduler reads it from there.
         job = c.post("/v1/jobs", json=mlp_spec())
         assert job.status_code == 201, job.text
-        assert job.json()["waiting_reason"].startswith("Redis does not answer")
-        assert c.get("/metrics").status_code == 200  # SQL numbers still come; the queue depth is left out
+        assert job.json()["status"] == "queued" and job.json()["waiting_reason"] is None
+        assert c.get("/metrics").status_code == 200  # every figure comes from SQL
 
 
 def test_readyz_fails_when_sql_does_not_answer(client: TestClient) -> None:

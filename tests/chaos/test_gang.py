@@ -1,7 +1,7 @@
-"""Multi-node jobs: several local workers stand in for nodes (gloo on the CPU, shared run directory).
+"""Multi-node jobs: several local workers stand in for hosts (gloo on the CPU, shared run directory).
 
-A gang assembles only when every node has a worker, one gang at a time, and a gang that cannot
-assemble lets its workers go (docs/multinode.md).
+The scheduler reserves every node of a gang in one decision or none; a gang that does not fit waits with
+its reason and holds nothing (docs/multinode.md).
 """
 
 from __future__ import annotations
@@ -22,9 +22,8 @@ from worker.processes import marked_processes
 TERMINAL = {"succeeded", "failed", "cancelled"}
 
 pytestmark = pytest.mark.slow
-# Short rounds so a gang that cannot assemble lets go quickly; every node on this one host.
-GANG_ENV = {"TORCHYARD_WORKER_HOST": "127.0.0.1", "TORCHYARD_GANG_ASSEMBLE_TIMEOUT_S": "4",
-            "TORCHYARD_GANG_JOIN_TIMEOUT_S": "30"}
+# Every node on this one machine.
+GANG_ENV = {"TORCHYARD_WORKER_HOST": "127.0.0.1", "TORCHYARD_GANG_JOIN_TIMEOUT_S": "30"}
 
 
 def gang_spec(steps: int, nproc: int = 1, **overrides: Any) -> dict[str, Any]:
@@ -73,28 +72,33 @@ def test_one_worker_waits_with_the_reason_and_starts_when_a_second_joins(service
     services.start_worker("alone", **GANG_ENV)
     with services.client() as client:
         job_id = client.post("/v1/jobs", json=gang_spec(6)).json()["id"]
-        # Long enough for at least two assembly rounds to fail and the job to be offered again.
-        detail = wait_until(lambda: (d := client.get(f"/v1/jobs/{job_id}").json())["waiting_reason"]
-                            and "needs 2 workers" in d["waiting_reason"] and d, 20, what="the gang's waiting reason")
-        assert detail["status"] == "queued" and detail["nodes_needed"] == 2 and detail["workers_free"] in (0, 1)
-        time.sleep(6)  # several assembly rounds fail meanwhile; the job stays queued, nothing of it runs
+        detail = wait_until(lambda: (d := client.get(f"/v1/jobs/{job_id}").json())["waiting_reason"] and d, 20,
+                            what="the gang's waiting reason")
+        assert detail["status"] == "queued" and detail["nodes_needed"] == 2
+        assert detail["waiting_reason"] == "needs 2 hosts with 1 CPU slot; only 1 has 1"
+        time.sleep(2)  # passes go on meanwhile; the job stays queued and holds nothing of the lone host
         still = client.get(f"/v1/jobs/{job_id}").json()
-        assert still["status"] == "queued" and "needs 2 workers" in still["waiting_reason"], still["waiting_reason"]
+        assert still["status"] == "queued" and still["placement"] is None
+        assert client.get("/v1/hosts").json()["items"][0]["cpu_slots"]["used"] == 0
         assert marked_processes(job_id) == []  # nothing of it ran on the lone worker
         services.start_worker("second", **GANG_ENV)
         job = services.wait_status(client, job_id, TERMINAL, timeout_s=120)
         assert_finished(client, job, 6, 2)
 
 
-def test_two_gangs_and_two_workers_both_finish(services: Services) -> None:
+def test_two_gangs_and_a_one_node_job_on_three_hosts_all_finish(services: Services) -> None:
     services.start_api()
-    services.start_worker("node-a", **GANG_ENV)
-    services.start_worker("node-b", **GANG_ENV)
+    for name in ("node-a", "node-b", "node-c"):
+        services.start_worker(name, TORCHYARD_WORKER_CPU_SLOTS="1", **GANG_ENV)
     with services.client() as client:
+        # One gang takes two hosts, the one-node job the third; the second gang waits for two hosts, then runs.
         ids = [client.post("/v1/jobs", json=gang_spec(6)).json()["id"] for _ in range(2)]
-        for job_id in ids:
+        single = spec(6)
+        single["parallel"] = {"strategy": "ddp", "nproc_per_node": 1}
+        ids.append(client.post("/v1/jobs", json=single).json()["id"])
+        for job_id, world in zip(ids, (2, 2, 1), strict=True):
             job = services.wait_status(client, job_id, TERMINAL, timeout_s=150)
-            assert_finished(client, job, 6, 2)
+            assert_finished(client, job, 6, world)
 
 
 @pytest.mark.parametrize("victim", ["follower", "leader"])

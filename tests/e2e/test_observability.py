@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from cli.main import app as cli_app
 from stack.mlflow_server import mlflow_command
 from stack.mlflow_server import mlflow_server as start_mlflow_server
-from tests.helpers import Services
+from tests.helpers import Services, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -155,6 +155,9 @@ def test_a_killed_rank_leaves_one_mlflow_run_per_job_with_the_jobs_outcome(servi
     base = {**SPEC, "tracking": {"mlflow": {"experiment": "killed"}}, "checkpoint": {"every_steps": 2}}
     with services.client() as client:
         resumed = client.post("/v1/jobs", json={**base, "name": "resumed", "retries": 1}).json()["id"]
+        # The worker runs both at once; the second starts once the first's rank 0 has its MLflow run (and the
+        # experiment exists), so the two sinks never race to create the experiment.
+        wait_until(lambda: client.get(f"/v1/jobs/{resumed}").json()["last_step"], 120, what="the first job's first step")
         failed = client.post("/v1/jobs", json={**base, "name": "failed", "retries": 0}).json()["id"]
         ends = {job_id: services.wait_status(client, job_id, {"succeeded", "failed", "cancelled"}, timeout_s=300)
                 for job_id in (resumed, failed)}

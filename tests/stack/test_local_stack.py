@@ -107,7 +107,7 @@ def test_the_ready_block_comes_after_readyz_answers_and_is_last(stack: Stack) ->
     assert stack.answered_at_block
     out = stack.output()
     ready_at = out.index("torchyard is up at")
-    assert "Uvicorn running on" in out[:ready_at] and "Listening on default" in out[:ready_at]
+    assert "Uvicorn running on" in out[:ready_at] and "taking tasks from host:local-0" in out[:ready_at]
     # Nothing after it but the access lines of this test's own /readyz probes.
     tail = [line for line in out[ready_at:].splitlines() if "api.access" not in line]
     assert [line.split(":", 1)[0].strip() for line in tail[1:]] == ["jobs", "admin token", "try", "CLI", "stop"], tail

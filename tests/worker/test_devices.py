@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from jobs.settings import Settings
-from tests.helpers import Services
+from tests.helpers import Services, wait_until
 from trainer.spec import parse_spec
 from worker.devices import PlacementError, gpu_count, place
 
@@ -58,7 +58,7 @@ def database_url(sqlite_url: str) -> str:
 
 
 @pytest.mark.slow
-def test_a_worker_runs_gpu_as_its_gpu_count_and_fails_a_claim_for_more(services: Services) -> None:
+def test_a_worker_runs_gpu_as_its_gpu_count_and_holds_back_a_job_for_more(services: Services) -> None:
     services.start_api()
     # Two "GPUs" by the operator's count; the ranks still train on the CPU (device cpu), one per GPU counted.
     services.start_worker("two-gpus", TORCHYARD_WORKER_GPUS="2")
@@ -67,10 +67,25 @@ def test_a_worker_runs_gpu_as_its_gpu_count_and_fails_a_claim_for_more(services:
         too_many = client.post("/v1/jobs", json=_spec(4)).json()
         assert fits["spec"]["parallel"]["nproc_per_node"] == "gpu"
         ran = services.wait_status(client, fits["id"], TERMINAL)
-        refused = services.wait_status(client, too_many["id"], TERMINAL)
+        # Never placed where its ranks would share GPUs: it waits for a host big enough, saying so.
+        reason = "needs 4 GPUs on one host; no host has 4 (largest: two-gpus with 2)"
+        held = wait_until(lambda: (d := client.get(f"/v1/jobs/{too_many['id']}").json())["waiting_reason"] == reason and d,
+                          30, what="the 4-rank job's reason")
     assert ran["status"] == "succeeded", ran["error"]
+    assert ran["placement"][0]["gpus"] == [0, 1]
     starting = [json.loads(line) for line in Path(ran["run_dir"], "events.jsonl").read_text().splitlines()][0]
     assert starting["world_size"] == 2
-    assert refused["status"] == "failed" and refused["error"]["type"] == "spec_error"
-    assert "parallel.nproc_per_node: 4 ranks per node, but worker" in refused["error"]["message"]
-    assert "has 2 GPUs" in refused["error"]["message"]
+    assert held["status"] == "queued" and held["placement"] is None
+
+
+def test_gpu_indices_are_the_physical_ones_a_rank_can_be_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    from worker.devices import gpu_indices
+
+    base = Settings(database_url="sqlite://", worker_gpus=None)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    assert gpu_indices(base) == (2, 3)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-aaaa,GPU-bbbb")  # UUIDs: positions
+    assert gpu_indices(base) == (0, 1)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert gpu_indices(base) == ()
+    assert gpu_indices(Settings(database_url="sqlite://", worker_gpus=3)) == (0, 1, 2)

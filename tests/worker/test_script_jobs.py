@@ -9,9 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from redis import Redis
-from rq import Queue
+import sqlalchemy as sa
+from sqlmodel import Session
 
+from jobs.db import get_engine
+from jobs.models import Job
 from tests.helpers import ROOT, Services
 from worker.processes import marked_processes
 
@@ -152,6 +154,7 @@ def test_path_and_env_attacks_are_refused_and_nothing_runs(services: Services, t
         assert client.get("/v1/jobs").json()["items"] == []
         # The same spec without the attack is accepted: the refusals were about the attacks alone.
         assert client.post("/v1/jobs", json=script_spec("fine", "ok.py", [], parallel={"nproc_per_node": 1})).status_code == 201
-    # Only the accepted job reached the queue, and no attack's code ever ran.
-    assert Queue("default", connection=Redis.from_url(services.settings.redis_url)).count == 1
+    # Only the accepted job is queued, and no attack's code ever ran.
+    with Session(get_engine(services.settings.database_url)) as s:
+        assert s.exec(sa.select(sa.func.count()).select_from(Job).where(Job.status == "queued")).one()[0] == 1
     assert not marker.exists()

@@ -64,7 +64,8 @@ class RankState:
 
 @dataclass(frozen=True)
 class LaunchRequest:
-    """One attempt to start. ``node`` is set on a node of a Redis gang (local executor only)."""
+    """One attempt to start. ``node`` is set on a node of a multi-node job (local executor only); ``gpus`` are the
+    physical GPUs the placement gave this node (None: the executor's engine places the ranks, as Slurm does)."""
 
     job_id: str
     attempt: int
@@ -76,6 +77,8 @@ class LaunchRequest:
     secrets: dict[str, str] = field(default_factory=dict, repr=False)
     # The uid (and cgroup) the ranks run as (worker/job_users.py); None: the worker's own user.
     identity: JobIdentity | None = None
+    # The placement's physical GPU indices on this host (CUDA_VISIBLE_DEVICES); None: not placed on GPUs.
+    gpus: tuple[int, ...] | None = None
 
     @property
     def log_dir(self) -> Path:
@@ -94,7 +97,7 @@ class Launch:
 
 class Executor(Protocol):
     name: str
-    # True: the engine places every node of a multi-node job itself, so the supervisor assembles no gang.
+    # True: the engine places every node of a multi-node job itself, so no other host starts a node of it.
     allocates_nodes: bool
 
     def start(self, request: LaunchRequest) -> Launch:

@@ -1,8 +1,8 @@
 """The local executor: torchrun on this worker's host, in its own session, killed with the worker.
 
 Exactly what the supervisor has always done (worker/launch.py builds the command and environment,
-worker/processes.py owns the process tree); a multi-node job's nodes are other workers of a Redis
-gang (worker/gang.py), each starting its node here.
+worker/processes.py owns the process tree); each node of a multi-node job is started on the host
+the scheduler placed it on (worker/node.py).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ class LocalExecutor:
     def start(self, request: LaunchRequest) -> LocalLaunch:
         command = torchrun_command(request.spec, request.run_dir, request.attempt, self.settings, node=request.node)
         env = torchrun_env(request.job_id, request.attempt, request.run_dir, self.settings, request.spec,
-                           resume_from=request.resume_from, node=request.node, secrets=request.secrets)
+                           resume_from=request.resume_from, node=request.node, secrets=request.secrets, gpus=request.gpus)
         node = request.node.node_rank if request.node else 0
         launcher_log = request.log_dir / (LAUNCHER_LOG if node == 0 else f"launcher-node-{node}.log")
         if request.identity is not None:

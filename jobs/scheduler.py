@@ -1,0 +1,303 @@
+"""The scheduler's pass: read queued jobs, live hosts and running placements from SQL, ask the policy
+(``jobs.scheduling.schedule``), write each placement with the job's move to running in one transaction,
+then hand each node's task to its host through RQ (one queue per host, ``host:<id>``).
+
+One pass at a time: whichever process holds the ``scheduler`` lease (jobs/leader.py) runs it, and every
+write carries that lease, so a leader that lost it mid-pass writes nothing more. SQL is the truth: a task
+lost with Redis leaves a running job whose attempt nobody adopted; its lease lapses and the reconciler
+puts it back in line, and a job placed twice is impossible (the move from queued is a guarded transition).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import sqlalchemy as sa
+from redis import Redis
+from redis.exceptions import RedisError
+from rq import Queue
+from sqlmodel import Session
+
+from jobs import leader
+from jobs.clock import db_now
+from jobs.db import get_engine
+from jobs.hosts import HOLDING, read_hosts
+from jobs.models import Attempt, Host, Job, Status, utcnow
+from jobs.scheduling import Decision, NodePlacement, Placement, QueuedJob, Waiting, schedule
+from jobs.scheduling import Host as PolicyHost
+from jobs.settings import Settings
+from jobs.states import TransitionRefused, transition
+
+log = logging.getLogger(__name__)
+
+# What a host's worker runs for each node task it pops (worker/host_runner.py).
+NODE_TASK = "worker.supervisor.run_node"
+RESULT_TTL_S = 3600
+
+
+def host_queue(host_id: str) -> str:
+    return f"host:{host_id}"
+
+
+def task_id(job_id: str, attempt: int, node_rank: int) -> str:
+    return f"{job_id}-a{attempt}-n{node_rank}"
+
+
+@dataclass
+class PassReport:
+    placed: list[str] = field(default_factory=list)
+    waiting: int = 0
+    lost_lease: bool = False
+
+
+@dataclass(frozen=True)
+class _Queued:
+    id: str
+    owner: str
+    queue: str
+    attempt: int
+    spec: dict[str, Any]
+    position: int | None
+    reason: str | None
+
+
+def _ask(spec: dict[str, Any], gpu_hosts: bool) -> tuple[str, int, int | str]:
+    """(device, nnodes, nproc_per_node) as the policy reads them; device auto is a GPU job where hosts have GPUs."""
+    parallel = spec.get("parallel") or {}
+    nproc = parallel.get("nproc_per_node", 1)
+    device = parallel.get("device", "auto")
+    gpu = device == "cuda" or nproc == "gpu" or (device == "auto" and gpu_hosts)
+    return ("gpu" if gpu else "cpu"), int(parallel.get("nnodes", 1)), nproc
+
+
+def _read(session: Session, settings: Settings) -> tuple[list[Host], list[_Queued], list[Placement], dict[str, int]]:
+    hosts = [row.host for row in read_hosts(session, settings.lease_ttl_s) if row.alive]
+    queued = [_Queued(*row) for row in session.exec(  # type: ignore[call-overload]
+        sa.select(Job.id, Job.owner, Job.queue, Job.attempt, Job.spec, Job.queue_position, Job.waiting_reason)
+        .where(Job.status == Status.QUEUED.value).order_by(Job.created_at, Job.id)).all()]
+    running: list[Placement] = []
+    per_owner: dict[str, int] = defaultdict(int)
+    for job_id, owner, placement in session.exec(sa.select(Job.id, Job.owner, Job.placement).where(  # type: ignore[call-overload]
+            Job.status.in_(HOLDING))).all():  # type: ignore[attr-defined]
+        per_owner[owner] += 1
+        if placement:
+            running.append(Placement(job_id, tuple(NodePlacement(n["node_rank"], n["host"], tuple(n.get("gpus") or ()),
+                                                                 int(n.get("cpu_slots") or 0)) for n in placement)))
+    session.commit()
+    return hosts, queued, running, per_owner
+
+
+def decide(hosts: list[Host], queued: list[_Queued], running: list[Placement], per_owner: dict[str, int],
+           running_cap: int) -> Decision:
+    """The whole pass's decision: per queue, the policy over the live hosts that serve it; jobs of an owner at the
+    running-job cap wait with that reason. Slurm hosts take every job of their queues in order (Slurm places ranks)."""
+    placements: list[Placement] = []
+    waiting: dict[str, Waiting] = {}
+    allowance = {owner: running_cap - n for owner, n in per_owner.items()}
+
+    def capped(owner: str) -> Waiting:
+        running_now = per_owner.get(owner, 0)
+        ahead = running_cap - running_now
+        return Waiting(0, f"over the owner's running-job cap: {running_now} running"
+                          f"{f' and {ahead} placed ahead of it' if ahead > 0 else ''}, the cap is {running_cap}")
+
+    by_queue: dict[str, list[_Queued]] = defaultdict(list)
+    for job in queued:
+        if allowance.setdefault(job.owner, running_cap) <= 0:
+            waiting[job.id] = capped(job.owner)
+        else:
+            by_queue[job.queue].append(job)
+    held = list(running)
+    for queue_name in sorted(by_queue):
+        jobs = by_queue[queue_name]
+        serving = [h for h in hosts if queue_name in h.queues]
+        slurm = [h for h in serving if h.executor == "slurm"]
+        local = [h for h in serving if h.executor != "slurm"]
+        if slurm:
+            for i, job in enumerate(jobs):
+                if allowance[job.owner] <= 0:
+                    waiting[job.id] = capped(job.owner)
+                    continue
+                allowance[job.owner] -= 1
+                placements.append(Placement(job.id, (NodePlacement(0, slurm[i % len(slurm)].id),)))
+            continue
+        if not local:
+            for i, job in enumerate(jobs):
+                waiting[job.id] = Waiting(i + 1, f"no live host serves queue {queue_name}")
+            continue
+        gpu_hosts = any(h.gpus for h in local)
+        asks = {}
+        for seq, job in enumerate(jobs):
+            device, nnodes, nproc = _ask(job.spec, gpu_hosts)
+            asks[job.id] = QueuedJob(job.id, job.owner, nnodes=nnodes, nproc_per_node=nproc, device=device,  # type: ignore[arg-type]
+                                     submitted_seq=seq)
+        pool = [PolicyHost(id=h.id, gpus=tuple(h.gpus), cpu_slots=h.cpu_slots) for h in local]
+        decision = schedule(asks.values(), pool, held)  # placements on hosts outside the pool are passed over
+        waiting.update(decision.waiting)
+        for placement in decision.placements:
+            owner = asks[placement.job_id].owner
+            if allowance[owner] <= 0:  # the owner's cap filled up within this pass: the next pass reconsiders it
+                waiting[placement.job_id] = capped(owner)
+                continue
+            allowance[owner] -= 1
+            placements.append(placement)
+            held.append(placement)
+    return Decision(tuple(placements), waiting)
+
+
+def nodes_json(placement: Placement) -> list[dict[str, Any]]:
+    return [{"node_rank": n.node_rank, "host": n.host, "gpus": list(n.gpus), "cpu_slots": n.cpu_slots}
+            for n in sorted(placement.nodes, key=lambda n: n.node_rank)]
+
+
+def run_pass(session: Session, redis: Redis, settings: Settings, holder: str) -> PassReport:
+    """One pass, as the lease holder ``holder``; stops at the first write that finds the lease gone."""
+    report = PassReport()
+    hosts, queued, running, per_owner = _read(session, settings)
+    if not queued:
+        return report
+    decision = decide(hosts, queued, running, per_owner, settings.max_running_per_owner)
+    attempts = {j.id: j.attempt for j in queued}
+    handed: list[tuple[Placement, int]] = []
+    for placement in decision.placements:
+        placed = _place(session, settings, holder, placement, attempts[placement.job_id])
+        if placed is None:
+            report.lost_lease = True
+            return report
+        if placed:
+            handed.append((placement, attempts[placement.job_id]))
+            report.placed.append(placement.job_id)
+    for placement, attempt in handed:
+        hand_over(redis, placement, attempt)
+    report.waiting = len(decision.waiting)
+    if not _store_waiting(session, settings, holder, queued, decision.waiting):
+        report.lost_lease = True
+    return report
+
+
+def _place(session: Session, settings: Settings, holder: str, placement: Placement, attempt: int) -> bool | None:
+    """Write one placement with the job's move to running, in one transaction. None: the lease is gone; False: the
+    job moved on meanwhile (cancelled, or placed by a leader before us)."""
+    nodes = nodes_json(placement)
+    if not leader.still_held(session, leader.SCHEDULER, holder, settings.lease_ttl_s):
+        session.rollback()
+        return None
+    session.merge(Attempt(job_id=placement.job_id, attempt=attempt, worker_id=None, started_at=utcnow(), placement=nodes))
+    where = ", ".join(f"{n['host']}" + (f" GPUs {','.join(map(str, n['gpus']))}" if n["gpus"] else "") for n in nodes)
+    try:
+        transition(session, placement.job_id, Status.RUNNING, expect=[Status.QUEUED], reason=f"placed on {where}",
+                   guard=[Job.attempt == attempt], values={
+                       "worker_id": nodes[0]["host"], "placement": nodes, "queue_position": None, "waiting_reason": None,
+                       # The attempt's lease starts now: a task nobody adopts lapses and goes back in line.
+                       "lease_expires_at": db_now(session, settings.lease_ttl_s),
+                       "started_at": sa.func.coalesce(Job.started_at, utcnow()),
+                   })
+    except TransitionRefused:
+        return False
+    return True
+
+
+def hand_over(redis: Redis, placement: Placement, attempt: int) -> None:
+    """Each node's task to its host's queue; a failure is logged: the unadopted attempt lapses and is placed again."""
+    for node in placement.nodes:
+        try:
+            Queue(host_queue(node.host), connection=redis).enqueue(
+                NODE_TASK, placement.job_id, attempt, node.node_rank, job_id=task_id(placement.job_id, attempt, node.node_rank),
+                job_timeout=-1, result_ttl=RESULT_TTL_S, failure_ttl=RESULT_TTL_S,
+                description=f"torchyard job {placement.job_id} attempt {attempt} node {node.node_rank}")
+        except RedisError as exc:
+            log.warning("job %s: could not hand node %d to host %s (%s); it is placed again once its lease lapses",
+                        placement.job_id, node.node_rank, node.host, exc, extra={"job_id": placement.job_id})
+
+
+def _store_waiting(session: Session, settings: Settings, holder: str, queued: Iterable[_Queued],
+                   waiting: dict[str, Waiting]) -> bool:
+    """Store each waiting job's position (0-based) and reason where they changed, so reading a queued job asks nothing
+    else. False: the lease is gone."""
+    changed = []
+    for job in queued:
+        w = waiting.get(job.id)
+        if w is None:
+            continue
+        position = w.position - 1 if w.position > 0 else None
+        if (position, w.reason) != (job.position, job.reason):
+            changed.append({"jid": job.id, "pos": position, "why": w.reason})
+    if not changed:
+        return True
+    if not leader.still_held(session, leader.SCHEDULER, holder, settings.lease_ttl_s):
+        session.rollback()
+        return False
+    table = Job.__table__  # type: ignore[attr-defined]
+    # Core, not the ORM: one executemany of every changed row.
+    session.connection().execute(sa.update(table).where(table.c.id == sa.bindparam("jid"), table.c.status == Status.QUEUED.value)
+                                 .values(queue_position=sa.bindparam("pos"), waiting_reason=sa.bindparam("why")), changed)
+    session.commit()
+    return True
+
+
+class SchedulerLoop(threading.Thread):
+    """Runs in every worker process: the one holding the lease passes every ``interval_s``, the others stand by."""
+
+    def __init__(self, settings: Settings, holder: str, redis: Redis, interval_s: float | None = None):
+        super().__init__(name="torchyard-scheduler", daemon=True)
+        self.settings, self.holder, self.redis = settings, holder, redis
+        self.interval_s = interval_s if interval_s is not None else settings.poll_interval_s
+        self.stopped = threading.Event()
+        self.leading = False
+
+    def run(self) -> None:
+        while not self.stopped.wait(self.interval_s):
+            self.step()
+
+    def step(self) -> None:
+        """Take or renew the lease, and pass if it is ours. Called once before the loop starts, so the first
+        leader is known (and says so) before its worker reports ready."""
+        try:
+            with Session(get_engine(self.settings.database_url), expire_on_commit=False) as session:
+                leading = leader.hold(session, leader.SCHEDULER, self.holder, self.settings.lease_ttl_s)
+                if leading != self.leading:
+                    log.info("scheduler: %s the leader lease", "took" if leading else "lost")
+                    self.leading = leading
+                if leading:
+                    started = time.monotonic()
+                    report = run_pass(session, self.redis, self.settings, self.holder)
+                    if report.placed:
+                        log.info("scheduler: placed %d job(s) in %.0f ms; %d waiting", len(report.placed),
+                                 1000 * (time.monotonic() - started), report.waiting)
+        except Exception:  # noqa: BLE001 - the loop must outlive a passing database or Redis outage
+            log.exception("scheduler pass failed")
+
+    def stop(self) -> None:
+        self.stopped.set()
+        if self.leading:
+            try:
+                with Session(get_engine(self.settings.database_url)) as session:
+                    leader.release(session, leader.SCHEDULER, self.holder)
+            except Exception:  # noqa: BLE001 - a standby takes over one lease later instead
+                log.warning("scheduler: could not release the leader lease")
+
+
+def queued_in_order(session: Session, owner: str | None, limit: int = 1000) -> list[dict[str, Any]]:
+    """Queued jobs in the order the scheduler considers them (by queue, then its stored position; jobs it has not
+    looked at yet last, oldest first), each with its reason. ``owner`` None: every owner's (the admin)."""
+    query = (sa.select(Job.id, Job.name, Job.owner, Job.queue, Job.queue_position, Job.waiting_reason, Job.created_at, Job.spec)
+             .where(Job.status == Status.QUEUED.value)
+             .order_by(Job.queue, Job.queue_position.is_(None), Job.queue_position, Job.created_at, Job.id)  # type: ignore[union-attr]
+             .limit(limit))
+    if owner is not None:
+        query = query.where(Job.owner == owner)
+    rows = session.exec(query).all()  # type: ignore[call-overload]
+    session.commit()
+    items = []
+    for job_id, name, job_owner, queue_name, position, reason, created_at, spec in rows:
+        parallel = spec.get("parallel") or {}
+        items.append({"id": job_id, "name": name, "owner": job_owner, "queue": queue_name, "queue_position": position,
+                      "waiting_reason": reason, "created_at": created_at, "nnodes": int(parallel.get("nnodes", 1)),
+                      "nproc_per_node": parallel.get("nproc_per_node", 1), "device": parallel.get("device", "auto")})
+    return items

@@ -1,0 +1,126 @@
+"""The scheduler's pass against real SQL and Redis: placements written with the job's move to running, tasks on the
+hosts' queues, reasons and positions stored on the waiting jobs, and nothing written without the leader lease."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from fastapi.testclient import TestClient
+from redis import Redis
+from rq import Queue
+
+from jobs import hosts, leader
+from jobs.models import Attempt, Job
+from jobs.scheduler import host_queue, run_pass, task_id
+from jobs.settings import Settings
+from tests.api.conftest import app, client, session_of  # noqa: F401 - fixtures
+
+LEADER = "worker-a"
+
+
+def _host(settings: Settings, host_id: str, gpus: int, cpu_slots: int = 4, queues: tuple[str, ...] = ("default",)) -> None:
+    with session_of(settings) as s:
+        hosts.register(s, hosts.Inventory(id=host_id, gpus=tuple(range(gpus)), cpu_slots=cpu_slots, queues=queues))
+
+
+def _submit(api: TestClient, nproc: int | str, nnodes: int = 1, device: str = "cuda") -> str:
+    spec = {"kind": "script", "name": f"g{nproc}", "entrypoint": "train.py",
+            "parallel": {"nproc_per_node": nproc, "nnodes": nnodes, "device": device}}
+    resp = api.post("/v1/jobs", json=spec)
+    assert resp.status_code == 201, resp.text
+    return resp.json()["id"]
+
+
+def _pass(settings: Settings, holder: str = LEADER):  # type: ignore[no-untyped-def]
+    with session_of(settings) as s:
+        assert leader.hold(s, leader.SCHEDULER, holder, settings.lease_ttl_s)
+        return run_pass(s, Redis.from_url(settings.redis_url), settings, holder)
+
+
+def _job(settings: Settings, job_id: str) -> Job:
+    with session_of(settings) as s:
+        job = s.get(Job, job_id)
+        assert job is not None
+        return job
+
+
+def test_a_pass_packs_a_host_and_stores_why_the_rest_wait(client: TestClient, settings: Settings) -> None:  # noqa: F811
+    (settings.code_dir / "train.py").write_text("pass\n")
+    _host(settings, "gpu-a", 4)
+    three, one, two = _submit(client, 3), _submit(client, 1), _submit(client, 2)
+    report = _pass(settings)
+    assert report.placed == [three, one] and report.waiting == 1
+    placed = {j: _job(settings, j) for j in (three, one)}
+    assert {j: job.status for j, job in placed.items()} == {three: "running", one: "running"}
+    gpus = [set(job.placement[0]["gpus"]) for job in placed.values()]  # type: ignore[index]
+    assert gpus[0].isdisjoint(gpus[1]) and len(gpus[0]) == 3 and len(gpus[1]) == 1
+    assert all(job.placement[0]["host"] == "gpu-a" and job.worker_id == "gpu-a" for job in placed.values())  # type: ignore[index]
+    with session_of(settings) as s:
+        attempt = s.get(Attempt, (three, 1))
+        assert attempt is not None and attempt.placement == placed[three].placement and attempt.worker_id is None
+
+    waiting = _job(settings, two)
+    assert waiting.status == "queued" and waiting.queue_position == 0
+    assert waiting.waiting_reason == "2 jobs ahead of it"  # it fitted the idle host; the two before it took that
+    tasks = Queue(host_queue("gpu-a"), connection=Redis.from_url(settings.redis_url)).job_ids
+    assert tasks == [task_id(three, 1, 0), task_id(one, 1, 0)]
+
+    # Another pass changes nothing: the GPUs are held by the running placements.
+    assert _pass(settings).placed == []
+    # The 3-GPU job ends: the 2-GPU job gets two of the three GPUs it freed.
+    with session_of(settings) as s:
+        s.exec(sa.update(Job).where(Job.id == three).values(status="succeeded"))
+        s.commit()
+    assert _pass(settings).placed == [two]
+    freed = set(_job(settings, two).placement[0]["gpus"])  # type: ignore[index]
+    assert freed <= set(placed[three].placement[0]["gpus"]) and len(freed) == 2  # type: ignore[index]
+    assert _job(settings, two).waiting_reason is None
+
+
+def test_gangs_get_every_host_at_once_and_queues_are_kept_apart(client: TestClient, settings: Settings) -> None:  # noqa: F811
+    (settings.code_dir / "train.py").write_text("pass\n")
+    _host(settings, "a", 2)
+    _host(settings, "b", 2)
+    gang = _submit(client, 2, nnodes=2)
+    too_big = _submit(client, 2, nnodes=3)
+    cpu = _submit(client, 2, device="cpu")
+    report = _pass(settings)
+    assert report.placed == [gang, cpu]
+    nodes = _job(settings, gang).placement
+    assert [(n["node_rank"], n["host"], n["gpus"]) for n in nodes] == [(0, "a", [0, 1]), (1, "b", [0, 1])]  # type: ignore[union-attr]
+    assert _job(settings, cpu).placement[0]["cpu_slots"] == 2  # type: ignore[index]
+    assert _job(settings, too_big).waiting_reason == "needs 3 hosts with 2 GPUs; only 2 have 2"
+    redis = Redis.from_url(settings.redis_url)
+    assert task_id(gang, 1, 1) in Queue(host_queue("b"), connection=redis).job_ids
+
+
+def test_no_live_host_for_a_queue_and_the_owners_running_cap(client: TestClient, settings: Settings) -> None:  # noqa: F811
+    (settings.code_dir / "train.py").write_text("pass\n")
+    _host(settings, "gpu-a", 8, queues=("other",))
+    job = _submit(client, 1)
+    _pass(settings)
+    assert _job(settings, job).waiting_reason == "no live host serves queue default"
+    capped = settings.model_copy(update={"max_running_per_owner": 1})
+    never = _submit(client, 1, nnodes=2)  # can never run on one host: it must not use up the owner's allowance
+    _host(settings, "gpu-b", 8)
+    second = _submit(client, 1)
+    assert _pass(capped).placed == [job]
+    assert _job(settings, never).waiting_reason == "needs 2 hosts with 1 GPU; only 1 has 1"
+    assert _job(settings, second).waiting_reason == "over the owner's running-job cap: 0 running and 1 placed ahead of it, the cap is 1"
+    assert _pass(capped).placed == []
+    assert _job(settings, second).waiting_reason == "over the owner's running-job cap: 1 running, the cap is 1"
+
+
+def test_without_the_lease_a_pass_writes_nothing(client: TestClient, settings: Settings) -> None:  # noqa: F811
+    (settings.code_dir / "train.py").write_text("pass\n")
+    _host(settings, "gpu-a", 4)
+    job = _submit(client, 1)
+    with session_of(settings) as s:
+        assert leader.hold(s, leader.SCHEDULER, "other", settings.lease_ttl_s)
+        assert not leader.hold(s, leader.SCHEDULER, LEADER, settings.lease_ttl_s)
+        report = run_pass(s, Redis.from_url(settings.redis_url), settings, LEADER)
+    assert report.lost_lease and report.placed == []
+    assert _job(settings, job).status == "queued"
+    assert Queue(host_queue("gpu-a"), connection=Redis.from_url(settings.redis_url)).count == 0
+    with session_of(settings) as s:
+        leader.release(s, leader.SCHEDULER, "other")
+        assert leader.hold(s, leader.SCHEDULER, LEADER, settings.lease_ttl_s)  # a released lease is taken at once
