@@ -58,7 +58,7 @@ def test_positions_beyond_sql_integers_answer_422_naming_the_field(client: TestC
     # An event id beyond 64 bits is refused before the stream starts, as a header and as the query parameter.
     for headers, params, field in (({"Last-Event-ID": "99999999999999999999-0"}, {}, "Last-Event-ID"),
                                    ({}, {"last_event_id": "0-9223372036854775808"}, "last_event_id"),
-                                   ({"Last-Event-ID": "1-2-3"}, {}, "Last-Event-ID")):
+                                   ({"Last-Event-ID": "1-2-3-4"}, {}, "Last-Event-ID")):
         resp = client.get(f"/v1/jobs/{job_id}/events", headers=headers, params=params)
         assert resp.status_code == 422 and _field_of(resp) == [field], resp.text
     finish_job(settings, job_id)
