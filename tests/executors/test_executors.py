@@ -108,7 +108,7 @@ def test_slurms_time_limit_is_reported_as_a_timeout(slurm: SlurmCluster, tmp_pat
     state = wait_ended(executor, launch, timeout_s=180)
     assert state.reason is EngineReason.TIME_LIMIT, state
     verdict = engine_verdict(state)
-    assert verdict is not None and verdict.error_type is ErrorType.TIMEOUT and not verdict.retry and not verdict.requeue
+    assert verdict is not None and verdict.error_type is ErrorType.TIMEOUT and not verdict.retry
     assert slurm.jobs() == []
     assert marked_processes(job_id) == []
 
@@ -130,7 +130,7 @@ def test_a_preempted_job_checkpoints_is_reported_and_the_next_attempt_resumes(sl
     saved = _checkpoint_steps(req.run_dir)[-1]
     assert saved >= 5
     verdict = engine_verdict(state)
-    assert verdict is not None and verdict.requeue and not verdict.retry and verdict.error_type is ErrorType.PREEMPTED
+    assert verdict is not None and not verdict.retry and verdict.error_type is ErrorType.PREEMPTED  # requeued: no retry spent
     wait_until(lambda: urgent not in slurm.jobs(), 60, what="the urgent job to finish")
 
     # The supervisor's requeue: attempt 2 is a new Slurm job on the same run directory.
@@ -164,8 +164,8 @@ def test_an_administrators_scancel_and_a_failed_node_are_reported(slurm: SlurmCl
     assert ends["scancel"].reason is EngineReason.CANCELLED, ends
     assert ends["node"].reason is EngineReason.NODE_FAILURE, ends
     cancelled, lost = engine_verdict(ends["scancel"]), engine_verdict(ends["node"])
-    assert cancelled is not None and cancelled.error_type is ErrorType.CANCELLED_BY_ENGINE and not (cancelled.retry or cancelled.requeue)
-    assert lost is not None and lost.error_type is ErrorType.WORKER_LOST and lost.requeue
+    assert cancelled is not None and cancelled.error_type is ErrorType.CANCELLED_BY_ENGINE and not cancelled.retry
+    assert lost is not None and lost.error_type is ErrorType.WORKER_LOST and not lost.retry  # requeued: no retry spent
     wait_until(slurm._idle, 60, what="the node to be idle again")
 
 
@@ -177,7 +177,7 @@ def test_a_request_slurm_can_never_meet_is_reported_unschedulable(slurm: SlurmCl
     assert (state.phase, state.reason) == (Phase.PENDING, EngineReason.UNSCHEDULABLE), state
     assert "PartitionConfig" in state.detail
     verdict = engine_verdict(state)
-    assert verdict is not None and verdict.error_type is ErrorType.SPEC and not (verdict.retry or verdict.requeue)
+    assert verdict is not None and verdict.error_type is ErrorType.SPEC and not verdict.retry
     executor.stop(launch, grace_s=5)
     assert slurm.jobs() == []
 
