@@ -377,10 +377,10 @@ def test_two_node_job_across_two_worker_containers(stack: Stack) -> None:
     # Node 0 (the gang's leader) in one worker container, node 1 in the other, over the compose network.
     lines = stack.logs("worker-cpu", tail=5000).splitlines()
 
-    def replicas(text: str) -> set[str]:
-        return {line.split("|", 1)[0].strip() for line in lines if text in line and "|" in line}
+    def replicas(*texts: str) -> set[str]:
+        return {line.split("|", 1)[0].strip() for line in lines if all(t in line for t in texts) and "|" in line}
 
-    leader, follower = replicas(f"job {job_id}: gang of 2 assembled"), replicas(f"job {job_id} node 1: torchrun pid")
+    leader, follower = replicas(f"job {job_id} attempt", "gang of 2 meets at"), replicas(f"job {job_id} node 1: torchrun joins")
     assert len(leader) == 1 and len(follower) == 1 and leader != follower, (leader, follower)
     two_node_jobs.append(job_id)
     _remember(stack, job_id)
