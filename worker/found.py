@@ -38,9 +38,11 @@ class Found:
         self.stored: dict[Path, tuple[float, int | None]] = {}  # checkpoints stored: their mtime and step
         self._next_scan = 0.0
 
-    def checkpoints(self) -> list[checkpoints_found.FoundCkpt]:
-        """Complete checkpoints in the run directory now, oldest first."""
-        return checkpoints_found.discover(self.run_dir, self.patterns, time.time(), self.since)
+    def checkpoints(self, settled: bool = False) -> list[checkpoints_found.FoundCkpt]:
+        """Complete checkpoints in the run directory now, oldest first. ``settled``: the ranks have ended, so nothing
+        is still being written and a file saved in their last second counts (a cut-off torch.save file still does not)."""
+        settle_s = 0.0 if settled else checkpoints_found.SETTLE_S
+        return checkpoints_found.discover(self.run_dir, self.patterns, time.time(), self.since, settle_s=settle_s)
 
     def _new_checkpoints(self, final: bool) -> dict[Path, FoundCheckpoint]:
         now = time.monotonic()
@@ -48,7 +50,7 @@ class Found:
             return {}
         self._next_scan = now + self.rescan_s
         fresh = {}
-        for c in self.checkpoints():
+        for c in self.checkpoints(settled=final):
             if self.stored.get(c.path) == (c.mtime, c.step):
                 continue
             relative = str(c.path.relative_to(self.run_dir))
