@@ -131,6 +131,16 @@ class Job(SQLModel, table=True):
     # A queued job's place in line (1-based) and what holds it, as the scheduler's last pass stored them.
     queue_position: int | None = None
     waiting_reason: str | None = Field(default=None, sa_column=Column(sa.Text))
+    # Higher goes first (0-100); a job that is not preemptible is never stopped to make room for another.
+    priority: int = Field(default=50, sa_column=Column(sa.Integer, nullable=False, server_default="50"))
+    preemptible: bool = Field(default=True, sa_column=Column(sa.Boolean, nullable=False, server_default=sa.true()))
+    # The running attempt was placed beyond its owner's quota: an owner within its quota may take the GPUs back.
+    borrowed: bool = Field(default=False, sa_column=Column(sa.Boolean, nullable=False, server_default=sa.false()))
+    # Set on a running job that must make room (jobs/stops.py): its supervisor stops the ranks with the grace to
+    # checkpoint and puts it back in line with these words as its waiting reason, spending no retry.
+    stop_request: str | None = Field(default=None, sa_column=Column(sa.Text))
+    # While set, the scheduler leaves this queued job where it is; the words are its waiting reason.
+    hold: str | None = Field(default=None, sa_column=Column(sa.Text))
 
 
 class Host(SQLModel, table=True):
@@ -147,6 +157,17 @@ class Host(SQLModel, table=True):
     address: str | None = Field(default=None, max_length=255)
     registered_at: datetime | None = _ts()
     last_seen: datetime | None = _ts(index=True)
+
+
+class Quota(SQLModel, table=True):
+    """An owner's guaranteed share of the hosts; None: no limit on that resource. Beyond it, idle devices are lent."""
+
+    __tablename__ = "quotas"
+
+    owner: str = Field(primary_key=True, max_length=64)
+    gpus: int | None = None
+    cpu_slots: int | None = None
+    updated_at: datetime | None = _ts()
 
 
 class Lease(SQLModel, table=True):
@@ -246,6 +267,9 @@ class ApiKey(SQLModel, table=True):
     revoked_at: datetime | None = _ts()
     # The queues this key may submit to; None: every queue of TORCHYARD_QUEUES.
     queues: list[str] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
+    # The highest priority this key may submit at, and whether it may submit jobs that are not preemptible.
+    max_priority: int = Field(default=50, sa_column=Column(sa.Integer, nullable=False, server_default="50"))
+    may_protect: bool = Field(default=False, sa_column=Column(sa.Boolean, nullable=False, server_default=sa.false()))
 
 
 class JobSecret(SQLModel, table=True):
