@@ -72,10 +72,25 @@ function renderDiff(jobs) {
   }
   const head = el("thead", {}, el("tr", {}, el("th", {}, "Field"),
     ...jobs.map((j, i) => el("th", {}, swatch(i), ` ${j.name} `, el("span", { class: "mono" }, j.id.slice(-6))))));
-  const bodies = groups.map(({ group, fields }) => el("tbody", { dataset: { group } },
-    el("tr", { class: "group" }, el("th", { colspan: String(jobs.length + 1) }, group)),
-    ...fields.map((f) => el("tr", { dataset: { field: f.path } }, el("td", { class: "mono" }, f.field),
-      ...f.values.map((v) => (v === null ? el("td", { class: "unset" }, "unset") : el("td", { class: "mono" }, v)))))));
+  const bodies = groups.map(({ group, fields, onlyIn }) => {
+    const rows = fields.map((f) => el("tr", { dataset: { field: f.path }, ...(onlyIn ? { hidden: "" } : {}) },
+      el("td", { class: "mono" }, f.field),
+      ...f.values.map((v) => (v === null ? el("td", { class: "unset" }, "unset") : el("td", { class: "mono" }, v)))));
+    const title = [group];
+    if (onlyIn) {
+      // A section only some jobs have: one line saying whose it is, its fields a click away.
+      const whose = onlyIn.map((i) => jobs[i].name).join(", ");
+      const toggle = el("button", { type: "button", class: "link-ish", dataset: { unfold: group } }, `show ${fields.length} fields`);
+      toggle.addEventListener("click", () => {
+        const folded = rows[0].hidden;
+        for (const r of rows) r.hidden = !folded;
+        toggle.textContent = folded ? "hide" : `show ${fields.length} fields`;
+      });
+      title.push(el("span", { class: "only-in" }, ` only in ${whose} `), toggle);
+    }
+    return el("tbody", { dataset: { group, ...(onlyIn ? { onlyIn: onlyIn.join(",") } : {}) } },
+      el("tr", { class: "group" }, el("th", { colspan: String(jobs.length + 1) }, ...title)), ...rows);
+  });
   table.replaceChildren(head, ...bodies);
 }
 

@@ -17,7 +17,7 @@ export function el(tag, attrs = {}, ...children) {
 
 export const badge = (status) => el("span", { class: `badge ${status}`, "data-status": status }, status);
 
-export const jobLink = (id, text = id) => el("a", { href: `#/jobs/${id}`, class: "mono", dataset: { jobLink: id } }, text);
+export const jobLink = (id, text = id) => el("a", { href: `#/jobs/${id}`, class: "mono", title: `job ${id}`, dataset: { jobLink: id } }, text);
 
 let toastTimer = null;
 export function toast(message, kind = "info") {

@@ -7,6 +7,7 @@ import { streamEvents } from "./events.js";
 import { ACTIVE, ago, fmtBytes, fmtDuration, fmtNum, progressPercent, ran, TERMINAL, throughput, totalSteps } from "./format.js";
 import { fillRanks, loadCheckpoints, loadLogs } from "./job-files.js";
 import { renderError, renderLineage, renderTimeline } from "./job-history.js";
+import { resumedFromStep } from "./lineage.js";
 import { isCurrent, show } from "./view.js";
 
 const JOB_POLL_MS = 3000;
@@ -75,7 +76,8 @@ function renderJob() {
 function renderProgress() {
   const job = current.job;
   if (!job) return;
-  const step = Math.max(job.last_step ?? 0, lastStep() ?? 0);
+  // A resumed job starts at the step it resumed from, before it logs a point of its own.
+  const step = Math.max(job.last_step ?? 0, lastStep() ?? 0, resumedFromStep(job) ?? 0);
   const total = current.total;
   $("job-progress-bar").style.width = `${progressPercent(job.status, step, total)}%`;
   $("job-progress-bar").className = `bar ${job.status}`;

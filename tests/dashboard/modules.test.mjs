@@ -58,6 +58,10 @@ test("spec diff: a script job beside a catalog job lists only what differs, grou
   assert.deepEqual(groups.map((g) => g.group), ["job", "model", "train"]);
   assert.deepEqual(groups[0].fields.map((f) => [f.field, f.values]), [["entrypoint", [null, "train.py"]], ["kind", ["catalog", "script"]]]);
   assert.deepEqual(groups[2].fields.map((f) => f.field), ["epochs", "lr"]);
+  // Sections only the catalog job has fold; the top-level fields, set on both sides in part, do not.
+  assert.deepEqual(groups.map((g) => g.onlyIn), [null, [0], [0]]);
+  const lr = (v) => ({ kind: "catalog", train: { lr: v, epochs: 1 } });
+  assert.deepEqual(specDiff([lr(0.1), lr(0.2)]), [{ group: "train", onlyIn: null, fields: [{ field: "lr", path: "train.lr", values: ["0.1", "0.2"] }] }]);
   assert.deepEqual(specDiff([catalog, catalog]), []);
 });
 
