@@ -94,6 +94,8 @@ def test_hosts_lineage_finished_panels_and_spec_diff(services: Services, playwri
     assert all(p["text"] is None or "waiting" not in p["text"] for p in seen["panels"]), seen["panels"]
     assert {p["id"]: p["text"] for p in seen["panels"]}["chart-eval"] == "this job recorded no eval accuracy"
     assert seen["scriptBar"] == "100%"
+    # A preemption in the timeline names the job that preempted, as a link.
+    assert seen["preemption"] == {"text": f"preempted by job {held} (priority 80)", "href": f"#/jobs/{held}"}
 
     # Lineage: the retry links to the job it resumed from, with the step.
     assert seen["lineage"]["href"] == f"#/jobs/{catalog}" and seen["lineage"]["step"] == last_checkpoint

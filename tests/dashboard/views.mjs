@@ -38,6 +38,13 @@ await visit("views", async (page, cfg, result, step) => {
   await page.screenshot({ path: join(cfg.outDir, "hosts.png") });
 
   step("a finished script job's page");
+  // The service does not preempt yet: its job JSON gets the transition a preemption will write, to see it rendered.
+  await page.route(`**/v1/jobs/${cfg.script}`, async (route) => {
+    const job = await (await route.fetch()).json();
+    job.transitions.splice(1, 0, { at: job.transitions[0].at, from_status: "running", to_status: "queued", attempt: 1,
+      reason: `preempted by job ${cfg.held} (priority 80)` });
+    await route.fulfill({ json: job });
+  });
   await page.goto(`${cfg.url}#/jobs/${cfg.script}`);
   await page.waitForSelector(`#job-status[data-status="succeeded"]`);
   await page.waitForFunction(() => !document.querySelector("#chart-eval").textContent.includes("waiting"));
@@ -46,6 +53,9 @@ await visit("views", async (page, cfg, result, step) => {
     id: n.id, points: Number(n.dataset.points), text: n.querySelector(".chart-empty")?.textContent ?? null,
   })));
   result.scriptBar = await page.$eval("#job-progress-bar", (b) => b.style.width);
+  result.preemption = await page.$eval("#job-timeline li[data-preempted-by]", (li) => ({
+    text: li.querySelector(".reason").textContent, href: li.querySelector(".reason a").getAttribute("href"),
+  }));
   await page.screenshot({ path: join(cfg.outDir, "script.png") });
 
   step("the retried job's lineage");
