@@ -2,7 +2,7 @@
 // attempt's, once a later one succeeded), and its status transitions with the job that preempted it.
 import { $, el, jobLink } from "./dom.js";
 import { ago } from "./format.js";
-import { errorIsHistory, resumes, timeline } from "./lineage.js";
+import { errorIsHistory, preemptingJob, resumes, timeline } from "./lineage.js";
 
 export function renderLineage(job) {
   const parts = [];
@@ -33,11 +33,16 @@ export function renderError(job) {
   $("job-error-trace").textContent = err.traceback || err.log_tail || "";
 }
 
+// A reason as nodes: "preempted by job X ..." with X a link to that job, any other reason as text.
+export function reasonNodes(reason) {
+  const by = preemptingJob(reason);
+  if (!by) return [reason || ""];
+  return [el("span", { class: "preempted" }, "preempted by job "), jobLink(by), reason.slice(`preempted by job ${by}`.length)];
+}
+
 export function renderTimeline(job) {
   const rows = timeline(job).map((t) => {
-    const reason = t.preemptedBy
-      ? [el("span", { class: "preempted" }, "preempted by job "), jobLink(t.preemptedBy), t.reason.slice(`preempted by job ${t.preemptedBy}`.length)]
-      : [t.reason];
+    const reason = reasonNodes(t.reason);
     return el("li", { dataset: { to: t.to, ...(t.preemptedBy ? { preemptedBy: t.preemptedBy } : {}) } },
       el("span", { class: "when", title: t.at }, ago(t.at)),
       el("span", { class: "move" }, `${t.from} → ${t.to}`),

@@ -6,7 +6,7 @@ import { $, el, sleep, toast } from "./dom.js";
 import { streamEvents } from "./events.js";
 import { ACTIVE, ago, fmtBytes, fmtDuration, fmtNum, progressPercent, ran, TERMINAL, throughput, totalSteps } from "./format.js";
 import { fillRanks, loadCheckpoints, loadLogs } from "./job-files.js";
-import { renderError, renderLineage, renderTimeline } from "./job-history.js";
+import { reasonNodes, renderError, renderLineage, renderTimeline } from "./job-history.js";
 import { resumedFromStep } from "./lineage.js";
 import { isCurrent, show } from "./view.js";
 
@@ -61,8 +61,9 @@ function renderJob() {
   if (Number.isInteger(job.priority)) meta.push(`priority ${job.priority}`);
   if (job.worker_id) meta.push(`worker ${job.worker_id}`);
   if (job.queue_position !== null && job.queue_position !== undefined) meta.push(`queue position ${job.queue_position}`);
-  if (job.status === "queued" && job.waiting_reason) meta.push(job.waiting_reason);
-  $("job-meta").textContent = meta.join(" · ");
+  // Why a queued job waits; a job preempted back into the queue links the job that took its place.
+  const waiting = job.status === "queued" && job.waiting_reason ? [" · ", el("span", { class: "waiting" }, ...reasonNodes(job.waiting_reason))] : [];
+  $("job-meta").replaceChildren(meta.join(" · "), ...waiting);
   $("cancel-btn").disabled = !["queued", "running"].includes(job.status);
   $("retry-btn").disabled = !TERMINAL.has(job.status);
   $("job-spec").textContent = JSON.stringify(job.spec, null, 2);
