@@ -12,9 +12,10 @@ export async function openHosts(gen, signal) {
   document.title = "Hosts · torchyard";
   while (isCurrent(gen)) {
     try {
-      const { items } = await api("/v1/hosts", { signal });
+      // The running jobs the caller may see, for their names: a GPU cell names its job, not only its id.
+      const [{ items }, names] = await Promise.all([api("/v1/hosts", { signal }), runningNames(signal)]);
       if (!isCurrent(gen)) return;
-      $("hosts").replaceChildren(...items.map(hostCard));
+      $("hosts").replaceChildren(...items.map((h) => hostCard(h, names)));
       $("hosts-empty").hidden = items.length > 0;
     } catch (err) {
       if (quiet(err)) return;
@@ -29,12 +30,23 @@ export async function openHosts(gen, signal) {
   }
 }
 
-function hostCard(host) {
+async function runningNames(signal) {
+  try {
+    const page = await api("/v1/jobs?status=running&status=cancelling&limit=500", { signal });
+    return new Map(page.items.map((j) => [j.id, j.name]));
+  } catch (err) {
+    if (quiet(err)) throw err;
+    return new Map(); // ids alone still say which job holds a GPU
+  }
+}
+
+function hostCard(host, names) {
   const used = host.gpus.filter((g) => g.busy).length;
   const cells = host.gpus.map((gpu) => {
     const s = gpuState(gpu);
     return el("div", { class: `gpu ${s.state}`, dataset: { gpu: String(gpu.index), state: s.state, ...(s.jobId ? { jobId: s.jobId } : {}) } },
-      el("span", { class: "gpu-index" }, `GPU ${gpu.index}`), s.jobId ? jobLink(s.jobId) : el("span", { class: "gpu-job" }, s.text));
+      el("span", { class: "gpu-index" }, `GPU ${gpu.index}`),
+      ...(s.jobId ? [el("span", { class: "gpu-job name" }, names.get(s.jobId) ?? ""), jobLink(s.jobId)] : [el("span", { class: "gpu-job" }, s.text)]));
   });
   const facts = [
     host.gpus.length ? `${used}/${host.gpus.length} GPUs in use` : "no GPUs",

@@ -85,8 +85,8 @@ def test_hosts_lineage_finished_panels_and_spec_diff(services: Services, playwri
     assert seen["rows"]["held"]["pct"] == 0
     assert seen["rows"]["catalog"]["priority"] == "–"
 
-    # Hosts: GPU 0 holds the waiting job and links to it; GPU 1 is free; the CPU slots and last report shown.
-    assert seen["gpus"][0] == {"index": "0", "state": "held", "text": f"GPU 0{held}", "link": f"#/jobs/{held}"}
+    # Hosts: GPU 0 holds the waiting job, named, and links to it; GPU 1 is free; the CPU slots and last report shown.
+    assert seen["gpus"][0] == {"index": "0", "state": "held", "text": f"GPU 0holds-a-gpu{held}", "link": f"#/jobs/{held}"}
     assert seen["gpus"][1]["state"] == "free" and seen["gpus"][1]["link"] is None
     assert "1/2 GPUs in use" in seen["hostMeta"] and "CPU slots 0/2 used" in seen["hostMeta"] and "last seen" in seen["hostMeta"]
 
