@@ -84,6 +84,7 @@ def test_hosts_lineage_finished_panels_and_spec_diff(services: Services, playwri
     assert seen["rows"]["script"]["pct"] == 100 and seen["rows"]["script"]["barWidth"] == "100%"
     assert seen["rows"]["held"]["pct"] == 0
     assert seen["rows"]["catalog"]["priority"] == "–"
+    assert len(set(seen["barWidths"])) == 1, seen["barWidths"]  # "8/8" and "–" labels: bars of one width
 
     # Hosts: GPU 0 holds the waiting job, named, and links to it; GPU 1 is free; the CPU slots and last report shown.
     assert seen["gpus"][0] == {"index": "0", "state": "held", "text": f"GPU 0holds-a-gpu{held}", "link": f"#/jobs/{held}"}

@@ -24,6 +24,7 @@ await visit("views", async (page, cfg, result, step) => {
     };
   }
   result.headers = await page.$$eval("#jobs-table thead th", (ths) => ths.map((th) => th.textContent));
+  result.barWidths = await page.$$eval("#jobs-table .mini .progress", (bars) => bars.map((b) => Math.round(b.getBoundingClientRect().width)));
   await page.screenshot({ path: join(cfg.outDir, "jobs.png") });
 
   step("hosts view");
