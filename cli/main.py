@@ -597,10 +597,12 @@ def keys_create(
     owner: Annotated[str, typer.Option(help="Owner of the jobs submitted with this key.", show_default=False)],
     name: Annotated[str, typer.Option(help="What the key is for, e.g. 'ci' or 'alice-laptop'.", show_default=False)],
     queue: Annotated[list[str], typer.Option("--queue", help="A queue the key may submit to; repeat. Default: all.")] = [],  # noqa: B006
+    max_priority: Annotated[int, typer.Option(min=0, max=100, help="The highest job priority the key may submit at.")] = 50,
+    may_protect: Annotated[bool, typer.Option(help="May submit jobs with preemptible: false.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Create an API key; the secret is printed once."""
-    key = _settings(ctx).client().create_key(owner, name, queue or None)
+    key = _settings(ctx).client().create_key(owner, name, queue or None, max_priority=max_priority, may_protect=may_protect)
     if as_json:
         _echo_json(_dump(key))
         return
@@ -640,3 +642,9 @@ def keys_revoke(
         _echo_json({"id": key_id, "revoked": True})
         return
     console.print(f"revoked {key_id}")
+
+
+# Last: the quota commands use the helpers above.
+from cli.quota import quota_app  # noqa: E402
+
+app.add_typer(quota_app, name="quota")
