@@ -47,6 +47,7 @@ from client import (
     NotFound,
     TorchyardError,
     Unauthorized,
+    left_out,
     load_config,
     load_spec,
 )
@@ -240,6 +241,8 @@ def submit(
     if workdir is not None:
         if spec.get("kind") != "script":
             raise _fail("--workdir runs a script job: the spec needs 'kind: script' and an entrypoint inside the directory", EXIT_USAGE)
+        for item in left_out.check(workdir, str(spec.get("entrypoint", ""))):
+            err.print(f"[yellow]warning:[/] {escape(item.message())}")
         bundle = client.upload_code(workdir)
         spec["code"] = bundle.digest
         if not (quiet or as_json):
