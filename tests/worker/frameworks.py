@@ -20,7 +20,7 @@ from tests.helpers import ROOT, Services, wait_until
 
 def ranks_path(*modules: ModuleType) -> str:
     """PYTHONPATH for the worker's ranks: torchyard, then where each framework is installed."""
-    sites = [str(Path(m.__file__ or "").resolve().parents[1 if m.__name__.count(".") == 0 else 2]) for m in modules]
+    sites = [str(Path(m.__file__ or "").resolve().parents[m.__name__.count(".") + 1]) for m in modules]
     return os.pathsep.join(dict.fromkeys([str(ROOT), *sites]))
 
 
