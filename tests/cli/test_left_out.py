@@ -81,3 +81,4 @@ def test_a_warning_names_exactly_the_existing_paths_the_bundle_lacks(disk_files:
             assert (path in warned) == (path in on_disk and bool(lacking)), (path, warned)
             if path in warned:
                 assert warned[path].files == len(lacking)
+
