@@ -485,7 +485,8 @@ def artifacts(
                                                                        "current directory.", show_default=False)] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """List the files a job wrote under its artifacts/ directory (TensorBoard events, profiler traces), or download one."""
+    """List the files a job wrote under its artifacts/ directory (TensorBoard events, profiler traces) and, as workdir/PATH,
+    in its working directory (framework checkpoints and logs, outputs), or download one."""
     client = _settings(ctx).client()
     if get is not None:
         path = client.download_artifact(job_id, get, output if output is not None else Path(get).name)
