@@ -100,3 +100,20 @@ def test_links_the_job_planted_where_the_worker_writes_are_replaced_not_followed
     assert not copy.is_symlink() and (copy / "train.py").is_file()
     assert not (run_dir / "workdir.json").is_symlink()
     assert (outside / "victim.json").read_text() == "keep" and sorted(os.listdir(outside)) == ["victim.json"]
+
+
+def test_event_files_uploaded_with_the_code_are_not_the_jobs_metrics(settings: Settings) -> None:
+    from torch.utils.tensorboard import SummaryWriter
+
+    from worker.tb_tail import TensorBoardTail
+
+    run_dir = bundle_run(settings)
+    os.chmod(run_dir / "code", 0o755)
+    with SummaryWriter(str(run_dir / "code" / "runs" / "old")) as old:  # a run on the laptop, uploaded along
+        old.add_scalar("loss", 9.0, 1)
+    copy = workdir.make(settings, ScriptJobSpec(kind="script", name="s", entrypoint="train.py", code=DIGEST), run_dir)
+    tail = TensorBoardTail(run_dir)
+    assert tail.read(force_scan=True) == []
+    with SummaryWriter(str(copy / "runs" / "new")) as new:
+        new.add_scalar("loss", 0.5, 3)
+    assert [(p.name, p.step, p.value) for p in tail.read(force_scan=True)] == [("loss", 3, 0.5)]
