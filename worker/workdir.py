@@ -110,6 +110,7 @@ def make(settings: Settings, spec: ScriptJobSpec, run_dir: Path) -> Path:
         raise SetupFailed(f"the code to copy into the working directory ({source}) holds more than {total} bytes; "
                           f"at most {settings.max_code_unpacked_bytes} (TORCHYARD_MAX_CODE_UNPACKED_BYTES)")
     tmp = run_dir / f".workdir-{secrets.token_hex(6)}"
+    record = run_dir / f".workdir-{secrets.token_hex(6)}.json"
     tmp.mkdir(mode=0o700)
     try:
         if source is not None:
@@ -117,15 +118,16 @@ def make(settings: Settings, spec: ScriptJobSpec, run_dir: Path) -> Path:
             # Links stay links: a bundle's were checked to resolve inside it, so they resolve inside the copy.
             shutil.copytree(source, dest, symlinks=True, dirs_exist_ok=True)
             _writable(tmp)
-        record = run_dir / f".workdir-{secrets.token_hex(6)}.json"
         fd = os.open(record, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o640)
         with os.fdopen(fd, "w") as f:
             f.write(manifest_json(_uploaded(tmp)))
         os.chmod(tmp, 0o755)
+        # The record first: a worker lost between the two renames leaves no copy without its record.
         os.rename(record, run_dir / MANIFEST_NAME)  # replaces whatever is there, a planted link included
         os.rename(tmp, target)
     except BaseException:
         bundles.remove_tree(tmp)
+        record.unlink(missing_ok=True)
         if not target.is_dir():
             raise
         log.info("%s was made meanwhile by another node of the job", target)
