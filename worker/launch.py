@@ -143,7 +143,8 @@ def torchrun_env(job_id: str, attempt: int, run_dir: Path, settings: Settings,
     the job's allow-listed ``env`` and its decrypted ``secrets`` (both checked again here: the policy may
     have tightened since the job was accepted), ``PYTHONSAFEPATH=1`` (a script's working directory goes on
     sys.path as its code root, through the bootstrap; the run directory never does), and for script jobs
-    the code root and ``resume_from`` (a retried job's inherited checkpoint) for the SDK's resume_path(). The worker's own variables always win."""
+    the code root and ``resume_from`` (a retried job's inherited checkpoint) for the SDK's resume_path().
+    The worker's own variables always win."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHYARD_") or k in RANK_PASSTHROUGH}
     if spec is not None:
         for section, values, rule in (("env", spec.env, env_name_problem), ("secrets", secrets or {}, name_problem)):
