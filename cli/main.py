@@ -47,6 +47,7 @@ from client import (
     NotFound,
     TorchyardError,
     Unauthorized,
+    left_out,
     load_config,
     load_spec,
 )
@@ -240,6 +241,8 @@ def submit(
     if workdir is not None:
         if spec.get("kind") != "script":
             raise _fail("--workdir runs a script job: the spec needs 'kind: script' and an entrypoint inside the directory", EXIT_USAGE)
+        for item in left_out.check(workdir, str(spec.get("entrypoint", ""))):
+            err.print(f"[yellow]warning:[/] {escape(item.message())}")
         bundle = client.upload_code(workdir)
         spec["code"] = bundle.digest
         if not (quiet or as_json):
@@ -482,7 +485,8 @@ def artifacts(
                                                                        "current directory.", show_default=False)] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """List the files a job wrote under its artifacts/ directory (TensorBoard events, profiler traces), or download one."""
+    """List the files a job wrote under its artifacts/ directory (TensorBoard events, profiler traces) and, as workdir/PATH,
+    in its working directory (framework checkpoints and logs, outputs), or download one."""
     client = _settings(ctx).client()
     if get is not None:
         path = client.download_artifact(job_id, get, output if output is not None else Path(get).name)

@@ -14,6 +14,7 @@ from urllib.parse import quote
 import httpx
 import yaml
 
+from client import left_out
 from client.config import ClientConfig, load_config
 from client.errors import ApiError, ConnectionFailed, NotFound, TorchyardError, error_from_response
 from client.models import (
@@ -118,6 +119,8 @@ class Client:
         if workdir is not None:
             if body.get("kind") != "script":
                 raise TorchyardError("--workdir / workdir= needs a 'kind: script' spec (its entrypoint runs from the directory)")
+            for item in left_out.check(workdir, str(body.get("entrypoint", ""))):
+                log.warning("%s", item.message())
             body["code"] = self.upload_code(workdir).digest
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
         return Job.model_validate(self._json("POST", "/v1/jobs", json=body, headers=headers))
