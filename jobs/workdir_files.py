@@ -13,14 +13,14 @@ with ``jobs.artifacts.open_under`` like every other artifact: no symlink followe
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
-import stat
 from pathlib import Path
 from typing import BinaryIO
 
-from jobs.artifacts import open_under
+from jobs.artifacts import open_under, single_files
 
 log = logging.getLogger(__name__)
 
@@ -56,25 +56,10 @@ def _written(st: os.stat_result, uploaded: tuple[int, int] | None) -> bool:
 def list_written(run_dir: Path, limit: int) -> list[tuple[str, int, float]]:
     """(``workdir/<path>``, size, modified) of every file the job wrote or changed in its working directory, sorted,
     at most ``limit``. Symlinks are neither listed nor followed; files with several hard links are not listed."""
-    root = run_dir / WORKDIR_NAME
-    if root.is_symlink() or not root.is_dir():
-        return []
     uploaded = read_manifest(run_dir)
-    found: list[tuple[str, int, float]] = []
-    for dirpath, dirs, files in os.walk(root, followlinks=False):
-        dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS)
-        for name in sorted(files):
-            full = os.path.join(dirpath, name)
-            try:
-                st = os.lstat(full)
-            except FileNotFoundError:  # deleted while we walked
-                continue
-            relative = Path(full).relative_to(root).as_posix()
-            if stat.S_ISREG(st.st_mode) and st.st_nlink == 1 and _written(st, uploaded.get(relative)):
-                found.append((PREFIX + relative, st.st_size, st.st_mtime))
-                if len(found) >= limit:
-                    return sorted(found)
-    return sorted(found)
+    written = ((PREFIX + rel, st.st_size, st.st_mtime) for rel, st in single_files(run_dir / WORKDIR_NAME, SKIP_DIRS)
+               if _written(st, uploaded.get(rel)))
+    return sorted(itertools.islice(written, limit))
 
 
 def open_written(run_dir: Path, relative: str) -> BinaryIO:
