@@ -12,13 +12,20 @@ import math
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 # A path: dotted spec field names, or args.<flag> for a script's command line.
 PATH_PATTERN = r"^(args\.[^\s]{1,64}|[A-Za-z_][A-Za-z0-9_]{0,63}(\.[A-Za-z0-9_][A-Za-z0-9_-]{0,63}){0,7})$"
 # Fields a sweep must not vary: what a trial is (its kind, its name and labels the sweep sets), where it queues.
 FIXED_ROOTS = frozenset({"kind", "name", "labels", "queue", "secrets", "code"})
 MAX_GRID = 10_000
+
+
+def _refuse(field: tuple[str, ...], message: str) -> ValidationError:
+    """A validation error located at ``field`` (a model-level check would otherwise name no field)."""
+    return ValidationError.from_exception_data("SweepSpec", [InitErrorDetails(
+        type=PydanticCustomError("sweep", message), loc=field, input=None)])
 
 
 class _Strict(BaseModel):
@@ -91,19 +98,19 @@ class SweepSpec(_Strict):
     def _method(self) -> SweepSpec:
         for path in self.space:
             if path.split(".")[0] in FIXED_ROOTS:
-                raise ValueError(f"space: {path!r} cannot be swept (kind, name, labels, queue, secrets and code are fixed)")
+                raise _refuse(("space", path), "kind, name, labels, queue, secrets and code are fixed: they cannot be swept")
         if self.method == "asha" and self.asha is None:
-            raise ValueError("asha: method asha needs asha.min_resource (and optionally reduction_factor, rungs)")
+            raise _refuse(("asha",), "method asha needs asha.min_resource (and optionally reduction_factor, rungs)")
         if self.method != "asha" and self.asha is not None:
-            raise ValueError("asha: only method asha takes asha settings")
+            raise _refuse(("asha",), "only method asha takes asha settings")
         if self.grid_sampled:
-            bad = [p for p, v in self.space.items() if isinstance(v, Uniform)]
-            if bad:
-                raise ValueError(f"space: grid needs choice or int parameters; {', '.join(bad)} is continuous")
+            for path, param in self.space.items():
+                if isinstance(param, Uniform):
+                    raise _refuse(("space", path), "grid needs choice or int parameters; this one is continuous")
             if grid_size(self.space) > MAX_GRID:
-                raise ValueError(f"space: the grid has {grid_size(self.space)} points, more than {MAX_GRID}")
+                raise _refuse(("space",), f"the grid has {grid_size(self.space)} points, more than {MAX_GRID}")
         elif self.max_trials is None:
-            raise ValueError("max_trials: random and asha sweeps need max_trials")
+            raise _refuse(("max_trials",), "random and asha sweeps need max_trials")
         return self
 
     @property
