@@ -640,3 +640,6 @@ def keys_revoke(
         _echo_json({"id": key_id, "revoked": True})
         return
     console.print(f"revoked {key_id}")
+
+
+from cli import sweep as _sweep  # noqa: E402,F401  (registers `torchyard sweep` and `torchyard sweeps` on the app)
