@@ -95,10 +95,14 @@ def _refresh(session: Session, sweep: SweepSpec, t: _Trial) -> None:
         values["last_value"] = points[-1][2]
         values["best_value"] = min((p[2] for p in points), key=lambda v: rank_key(sweep.mode, v))
         values["last_step"] = points[-1][0]
+    status = t.job[0]
     rungs = rung_values(points, sweep)
+    if status != Status.SUCCEEDED.value:
+        # A trial that ran past its rung before it paused counts at no rung it was not promoted to: only those
+        # let in may be ranked there, or a straggler of rung 0 would take a place at rung 1 it never earned.
+        rungs = {k: v for k, v in rungs.items() if k <= row.allowed_rung}
     if rungs and {str(k): v for k, v in rungs.items()} != row.rung_values:
         values["rung_values"] = {str(k): v for k, v in rungs.items()}
-    status = t.job[0]
     if status in (Status.SUCCEEDED.value, Status.FAILED.value):
         values["state"] = status
     elif status == Status.CANCELLED.value:

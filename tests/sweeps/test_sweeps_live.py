@@ -103,3 +103,36 @@ def test_a_script_sweep_over_args_survives_a_restart_of_its_controller(services:
             json.dumps({"torchyard/sweep": sweep_id, "torchyard/trial": str(n)}, sort_keys=True) for n in range(5)}
         detail = client.get(f"/v1/jobs/{sweep['trials'][2]['job_id']}").json()
         assert detail["spec"]["args"] == ["--sleep", "3", "--x", "3"]
+
+
+def test_asha_of_nine_stops_the_losers_at_the_first_rung_and_promotes_the_best_from_their_checkpoints(
+        services: Services) -> None:
+    services.start_api()
+    # Steps slowed to 40 ms so the controller sees each trial reach its rung long before the trial ends.
+    services.start_worker("cpu-box", TORCHYARD_WORKER_CPU_SLOTS="3", TORCHYARD_FAULTS=json.dumps(
+        [{"action": "slow", "step": 1, "seconds": 0.04, "attempt": None, "restart": None}]))
+    body = {"name": "lr-asha", "spec": MLP, "method": "asha", "metric": "eval/loss", "mode": "min", "max_trials": 9,
+            "max_concurrent_trials": 3, "asha": {"min_resource": 10, "reduction_factor": 3, "rungs": 3, "sampler": "grid"},
+            "space": {"train.lr": {"type": "choice", "values": LRS}}}
+    with services.client() as client:
+        sweep = run_sweep(services, client, body, timeout_s=420)
+        assert sweep["status"] == "succeeded", sweep
+        trials = {t["params"]["train.lr"]: t for t in sweep["trials"]}
+        assert sweep["best_params"] == {"train.lr": WINNING_LR}
+        assert sorted(t["rung"] for t in sweep["trials"]) == [0] * 6 + [1] * 2 + [2]
+        for t in sweep["trials"]:
+            job = client.get(f"/v1/jobs/{t['job_id']}").json()
+            if t["rung"] == 2:
+                assert t["state"] == "succeeded" and job["status"] == "succeeded" and job["last_step"] == 90
+            else:
+                assert t["state"] == "stopped" and job["status"] == "cancelled"
+                assert any(tr["reason"].startswith("early_stopped: sweep lr-asha: not among the best 1/3")
+                           for tr in job["transitions"]), job["transitions"]
+        winner = client.get(f"/v1/jobs/{trials[WINNING_LR]['job_id']}").json()
+        # Paused at rungs 0 and 1, it went back in line and each later attempt resumed from its own checkpoint.
+        paused = [tr for tr in winner["transitions"] if tr["to_status"] == "queued" and "paused at rung" in tr["reason"]]
+        assert len(paused) == 2, winner["transitions"]
+        resumed = [a["resumed_from_step"] for a in winner["attempts"][1:]]
+        assert len(resumed) == 2 and all(r and r >= 10 for r in resumed), winner["attempts"]
+        steps = [m["step"] for m in client.get(f"/v1/jobs/{winner['id']}/metrics", params={"name": "eval/loss"}).json()["items"]]
+        assert steps == list(range(10, 91, 10))  # one curve, continuous across the pauses
