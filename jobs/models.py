@@ -315,7 +315,9 @@ class Sweep(SQLModel, table=True):
     """A hyperparameter search (jobs/sweeps): its request as accepted, and what the controller made of it so far."""
 
     __tablename__ = "sweeps"
-    __table_args__ = (sa.Index("ix_sweeps_owner_id", "owner", "id"), sa.Index("ix_sweeps_status", "status"))
+    __table_args__ = (sa.Index("ix_sweeps_owner_id", "owner", "id"), sa.Index("ix_sweeps_status", "status"),
+                      # Concurrent creations with one Idempotency-Key collide here: exactly one sweep is made.
+                      sa.UniqueConstraint("owner", "idempotency_key", name="uq_sweeps_owner_idempotency_key"))
 
     id: str = Field(default_factory=new_job_id, primary_key=True, max_length=32)
     owner: str = Field(max_length=64)
@@ -328,6 +330,8 @@ class Sweep(SQLModel, table=True):
     best_trial: int | None = None
     best_value: float | None = None
     message: str | None = Field(default=None, sa_column=Column(sa.Text))
+    idempotency_key: str | None = Field(default=None, max_length=255)
+    request_hash: str | None = Field(default=None, max_length=64)
 
 
 class SweepTrial(SQLModel, table=True):

@@ -5,12 +5,13 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Path, Query
+from fastapi import APIRouter, Body, Path, Query, Response
 from pydantic import BaseModel
 
 from api.auth import PrincipalDep
 from api.deps import RedisDep, SessionDep, SettingsDep
 from api.errors import responses
+from api.routes.jobs import IdempotencyKey
 from jobs import bundles, cursors
 from jobs.models import Sweep, SweepTrial
 from jobs.sweeps import store
@@ -95,12 +96,14 @@ class SweepList(BaseModel):
 @router.post("", status_code=201, response_model=SweepOut, responses=responses(429),
              summary="Start a sweep: trials of a base spec over a search space (grid, random or ASHA)")
 def create_sweep(sweep: Annotated[SweepSpec, Body(openapi_examples=EXAMPLES)], principal: PrincipalDep,
-                 session: SessionDep, settings: SettingsDep) -> SweepOut:
+                 session: SessionDep, settings: SettingsDep, response: Response, idempotency_key: IdempotencyKey = None) -> SweepOut:
     found = store.problems(sweep, lambda spec: bundles.spec_limits(settings, principal.owner, spec), principal.queue_problem)
     if found:
         raise SpecError(found)
-    row = store.create(session, principal.owner, sweep)
-    return SweepOut.of(row, [])
+    row, replayed = store.create(session, principal.owner, sweep, idempotency_key)
+    if replayed:
+        response.headers["Idempotent-Replayed"] = "true"
+    return SweepOut.of(row, store.trials(session, row.id))
 
 
 @router.get("", response_model=SweepList, summary="List sweeps, newest first")

@@ -165,7 +165,7 @@ const sleep = (ms, signal) =>
 // ------------------------------------------------------------------------------------------- routing
 
 function show(view) {
-  for (const id of ["login-view", "jobs-view", "job-view", "compare-view"]) $(id).hidden = id !== view;
+  for (const id of ["login-view", "jobs-view", "job-view", "compare-view", "sweeps-view"]) $(id).hidden = id !== view;
   $("signout").hidden = view === "login-view";
 }
 
@@ -192,7 +192,10 @@ function route() {
   }
   const m = location.hash.match(/^#\/jobs\/([A-Za-z0-9_-]+)/);
   const c = location.hash.match(/^#\/compare\/([A-Za-z0-9_,-]+)/);
-  if (m) openJob(m[1], generation, viewAbort.signal);
+  if (location.hash.startsWith("#/sweeps") && window.torchyardSweeps) { // sweep.js
+    show("sweeps-view");
+    window.torchyardSweeps.open(location.hash, generation, viewAbort.signal, () => generation);
+  } else if (m) openJob(m[1], generation, viewAbort.signal);
   else if (c) openCompare(c[1].split(",").filter(Boolean), generation, viewAbort.signal);
   else openJobs(generation, viewAbort.signal);
 }

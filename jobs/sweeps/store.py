@@ -7,6 +7,9 @@ INSERT, so a request never waits on trials and a restart mid-sweep loses nothing
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import hmac
+import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -15,6 +18,7 @@ from typing import Any
 import sqlalchemy as sa
 from pydantic import ValidationError
 from redis import Redis
+from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session
 
 from jobs import cursors, service
@@ -90,12 +94,32 @@ def _located(sweep: SweepSpec, problem: SpecProblem) -> SpecProblem:
     return SpecProblem(("spec", *problem.loc), problem.msg)
 
 
-def create(session: Session, owner: str, sweep: SweepSpec) -> Sweep:
-    row = Sweep(owner=owner, name=sweep.name, spec=sweep.model_dump(mode="json"))
+def create(session: Session, owner: str, sweep: SweepSpec, idempotency_key: str | None = None) -> tuple[Sweep, bool]:
+    """Record the sweep; returns it and whether an earlier request with the same ``idempotency_key`` made it
+    (service.IdempotencyMismatch when that request had another body)."""
+    body = sweep.model_dump(mode="json")
+    digest = hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    if idempotency_key and (earlier := _by_key(session, owner, idempotency_key, digest)):
+        return earlier, True
+    row = Sweep(owner=owner, name=sweep.name, spec=body, idempotency_key=idempotency_key, request_hash=digest)
     session.add(row)
-    session.commit()
+    try:
+        session.commit()
+    except IntegrityError:
+        session.rollback()  # a concurrent duplicate won
+        earlier = _by_key(session, owner, idempotency_key or "", digest)
+        if earlier is None:
+            raise
+        return earlier, True
     session.refresh(row)
     log.info("sweep %s (%s, %d trials) created by %s", row.id, sweep.method, sweep.trial_count, owner)
+    return row, False
+
+
+def _by_key(session: Session, owner: str, key: str, digest: str) -> Sweep | None:
+    row = session.exec(sa.select(Sweep).where(Sweep.owner == owner, Sweep.idempotency_key == key)).scalars().first()  # type: ignore[call-overload]
+    if row is not None and not hmac.compare_digest(row.request_hash or "", digest):
+        raise service.IdempotencyMismatch(f"Idempotency-Key {key!r} was already used with a different request body (sweep {row.id})")
     return row
 
 

@@ -95,3 +95,13 @@ def test_another_owners_sweep_is_404(client: TestClient, settings: Settings) -> 
     controller_pass(settings)
     assert {j["owner"] for j in client.get("/v1/jobs", headers=alice).json()["items"]} == {"alice"}
     assert client.get("/v1/jobs", headers=bob).json()["items"] == []
+
+
+def test_a_repeated_creation_with_one_idempotency_key_makes_one_sweep(client: TestClient) -> None:
+    first = client.post("/v1/sweeps", json=grid_sweep(), headers={"Idempotency-Key": "k1"})
+    again = client.post("/v1/sweeps", json=grid_sweep(), headers={"Idempotency-Key": "k1"})
+    assert first.status_code == again.status_code == 201
+    assert again.json()["id"] == first.json()["id"] and again.headers["Idempotent-Replayed"] == "true"
+    other = client.post("/v1/sweeps", json=grid_sweep(name="other"), headers={"Idempotency-Key": "k1"})
+    assert other.status_code == 422 and "Idempotency-Key" in other.json()["detail"]
+    assert len(client.get("/v1/sweeps").json()["items"]) == 1

@@ -31,7 +31,10 @@ def upgrade() -> None:
         sa.Column("best_trial", sa.Integer(), nullable=True),
         sa.Column("best_value", sa.Float(), nullable=True),
         sa.Column("message", sa.Text(), nullable=True),
+        sa.Column("idempotency_key", sa.String(length=255), nullable=True),
+        sa.Column("request_hash", sa.String(length=64), nullable=True),
         sa.PrimaryKeyConstraint("id"),
+        sa.UniqueConstraint("owner", "idempotency_key", name="uq_sweeps_owner_idempotency_key"),
     )
     op.create_index("ix_sweeps_owner_id", "sweeps", ["owner", "id"])
     op.create_index("ix_sweeps_status", "sweeps", ["status"])
