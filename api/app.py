@@ -15,7 +15,7 @@ from api.job_reader import JobReader
 from api.key_cache import KeyCache
 from api.middleware import BodySizeLimit, RequestContext
 from api.observability import make_registry
-from api.routes import artifacts, code, health, hosts, jobs, keys, streams, sweeps
+from api.routes import artifacts, code, health, hosts, jobs, keys, quotas, streams, sweeps
 from api.stream_slots import StreamSlots
 from jobs import logconfig
 from jobs.db import get_engine, init_db
@@ -67,6 +67,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(artifacts.router)
     app.include_router(keys.router)
     app.include_router(hosts.router)
+    app.include_router(quotas.router)
     app.include_router(sweeps.router)
     code.install(app)
     dashboard.mount(app)

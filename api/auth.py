@@ -34,9 +34,24 @@ class Principal:
     owner: str
     is_admin: bool
     queues: tuple[str, ...] | None = None  # the key's queue allow-list; None: every queue of TORCHYARD_QUEUES
+    max_priority: int = 100  # the admin submits at any priority
+    may_protect: bool = True  # and may submit jobs that are not preemptible
 
     def queue_problem(self, queue: str) -> str | None:
         return keys.queue_problem(list(self.queues) if self.queues is not None else None, queue)
+
+    def spec_problems(self, queue: str, priority: int, preemptible: bool) -> list[tuple[str, str]]:
+        """What this key may not ask of a spec, as (field, words)."""
+        found = []
+        if why := self.queue_problem(queue):
+            found.append(("queue", why))
+        if priority > self.max_priority:
+            found.append(("priority", f"{priority} is above this key's max_priority {self.max_priority}; "
+                                      "ask the admin for a key with a higher max_priority"))
+        if not preemptible and not self.may_protect:
+            found.append(("preemptible", "this key may not submit jobs that cannot be preempted; "
+                                         "ask the admin for a key created with may_protect"))
+        return found
 
 
 def hash_key(key: str) -> str:
@@ -62,7 +77,8 @@ def _from_sql(token: str, engine: Engine) -> tuple[str, Principal] | None:
         row = keys.live_key(session, token)
     if row is None:
         return None
-    return row.id, Principal(owner=row.owner, is_admin=False, queues=tuple(row.queues) if row.queues is not None else None)
+    return row.id, Principal(owner=row.owner, is_admin=False, queues=tuple(row.queues) if row.queues is not None else None,
+                             max_priority=row.max_priority, may_protect=row.may_protect)
 
 
 def authenticate(token: str, settings: Settings, engine: Engine | None = None) -> Principal | None:

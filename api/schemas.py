@@ -30,6 +30,13 @@ class JobOut(BaseModel):
     kind: str
     status: str
     queue: str
+    priority: int = Field(50, description="0-100, higher goes first and may preempt lower-priority jobs.")
+    preemptible: bool = Field(True, description="false: never stopped to make room for another job.")
+    borrowed: bool = Field(False, description="The running attempt was placed beyond its owner's quota on idle devices; "
+                                              "an owner within its quota may take them back by preemption.")
+    stop_request: str | None = Field(None, description="Why the job was stopped to make room, e.g. 'preempted by job 01ab.. "
+                                                       "(priority 80) to make room': set while it checkpoints and leaves, and kept "
+                                                       "while it waits to run again.")
     labels: dict[str, str]
     spec: dict[str, Any] = Field(description="The spec as accepted, without secrets. In lists only a summary: kind, parallel, "
                                              "train, model.name, data.name and data.args.samples.")
@@ -173,11 +180,36 @@ class KeyCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     owner: str = Field(..., pattern=NAME_PATTERN, description="Tenant the key acts for; every job it submits belongs to it.")
-    name: str = Field(..., min_length=1, max_length=128, description="What the key is for, e.g. 'ci' or 'alice laptop'.")
+    # No control characters: PostgreSQL text refuses NUL, and a name is shown in tables and logs.
+    name: str = Field(..., min_length=1, max_length=128, pattern=r"^[^\x00-\x1f\x7f]+$",
+                      description="What the key is for, e.g. 'ci' or 'alice laptop'; no control characters.")
     queues: list[Annotated[str, StringConstraints(pattern=NAME_PATTERN)]] | None = Field(
         None, max_length=64,
         description="Queues the key may submit to, each one of TORCHYARD_QUEUES; omitted or null: all of them.",
     )
+    max_priority: int = Field(50, ge=0, le=100, description="The highest job priority the key may submit at.")
+    may_protect: bool = Field(False, description="Whether the key may submit jobs with preemptible: false.")
+
+
+class QuotaIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    gpus: int | None = Field(None, ge=0, le=100_000, description="GPUs guaranteed to the owner; null: no limit.")
+    cpu_slots: int | None = Field(None, ge=0, le=1_000_000, description="CPU slots guaranteed to the owner; null: no limit.")
+
+
+class QuotaOut(BaseModel):
+    owner: str
+    gpus: int | None = Field(description="Guaranteed GPUs; null: no limit.")
+    cpu_slots: int | None = Field(description="Guaranteed CPU slots; null: no limit.")
+    gpus_used: int = Field(description="GPUs the owner's running jobs hold now.")
+    cpu_slots_used: int = Field(description="CPU slots the owner's running jobs hold now.")
+    gpus_borrowed: int = Field(description="Of gpus_used, those placed beyond the quota on idle GPUs: taken back when "
+                                           "an owner within its quota needs them.")
+
+
+class QuotaList(BaseModel):
+    items: list[QuotaOut]
 
 
 class KeyOut(BaseModel):
@@ -187,11 +219,13 @@ class KeyOut(BaseModel):
     created_at: datetime
     revoked_at: datetime | None
     queues: list[str] | None = Field(None, description="Queues the key may submit to; null: all of them.")
+    max_priority: int = Field(50, description="The highest job priority the key may submit at.")
+    may_protect: bool = Field(False, description="Whether the key may submit jobs that cannot be preempted.")
 
     @classmethod
     def of(cls, row: ApiKey) -> KeyOut:
         return cls(id=row.id, owner=row.owner, name=row.name, created_at=row.created_at, revoked_at=row.revoked_at,
-                   queues=row.queues)
+                   queues=row.queues, max_priority=row.max_priority, may_protect=row.may_protect)
 
 
 class KeyCreated(KeyOut):

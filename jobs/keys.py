@@ -31,12 +31,14 @@ def hash_key(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
 
 
-def create_key(session: Session, owner: str, name: str, queues: list[str] | None = None) -> tuple[ApiKey, str]:
-    """A new key for ``owner``, limited to ``queues`` when given; returns the row and the plain key,
-    which is never stored or shown again."""
+def create_key(session: Session, owner: str, name: str, queues: list[str] | None = None, *,
+               max_priority: int = 50, may_protect: bool = False) -> tuple[ApiKey, str]:
+    """A new key for ``owner``, limited to ``queues`` when given, submitting at most at ``max_priority``;
+    returns the row and the plain key, which is never stored or shown again."""
     key_id = secrets.token_hex(_ID_HEX // 2)
     plain = f"{PREFIX}{key_id}_{secrets.token_urlsafe(32)}"
-    row = ApiKey(id=key_id, owner=owner, name=name, key_hash=hash_key(plain), queues=sorted(set(queues)) if queues is not None else None)
+    row = ApiKey(id=key_id, owner=owner, name=name, key_hash=hash_key(plain), queues=sorted(set(queues)) if queues is not None else None,
+                 max_priority=max_priority, may_protect=may_protect)
     session.add(row)
     session.commit()
     session.refresh(row)

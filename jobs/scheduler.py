@@ -24,12 +24,12 @@ from redis.exceptions import RedisError
 from rq import Queue
 from sqlmodel import Session
 
-from jobs import leader
+from jobs import leader, stops
 from jobs.clock import db_now
 from jobs.db import get_engine
-from jobs.hosts import HOLDING, read_hosts
-from jobs.models import Attempt, Host, Job, Status, utcnow
-from jobs.scheduling import Decision, NodePlacement, Placement, QueuedJob, Waiting, schedule
+from jobs.models import Attempt, Job, Status, utcnow
+from jobs.schedule_view import QueuedRow, View, read_view
+from jobs.scheduling import DEFAULT_MIN_RUNTIME_S, Decision, NodePlacement, Placement, Preemption, QueuedJob, Reservation, Waiting, schedule
 from jobs.scheduling import Host as PolicyHost
 from jobs.settings import Settings
 from jobs.states import TransitionRefused, transition
@@ -52,19 +52,11 @@ def task_id(job_id: str, attempt: int, node_rank: int) -> str:
 @dataclass
 class PassReport:
     placed: list[str] = field(default_factory=list)
+    preempted: list[str] = field(default_factory=list)
     waiting: int = 0
     lost_lease: bool = False
-
-
-@dataclass(frozen=True)
-class _Queued:
-    id: str
-    owner: str
-    queue: str
-    attempt: int
-    spec: dict[str, Any]
-    position: int | None
-    reason: str | None
+    # Devices held for waiting jobs: handed to the next pass (jobs.scheduling.Reservation).
+    reservations: tuple[Reservation, ...] = ()
 
 
 def _ask(spec: dict[str, Any], gpu_hosts: bool) -> tuple[str, int, int | str]:
@@ -76,30 +68,18 @@ def _ask(spec: dict[str, Any], gpu_hosts: bool) -> tuple[str, int, int | str]:
     return ("gpu" if gpu else "cpu"), int(parallel.get("nnodes", 1)), nproc
 
 
-def _read(session: Session, settings: Settings) -> tuple[list[Host], list[_Queued], list[Placement], dict[str, int]]:
-    hosts = [row.host for row in read_hosts(session, settings.lease_ttl_s) if row.alive]
-    queued = [_Queued(*row) for row in session.exec(  # type: ignore[call-overload]
-        sa.select(Job.id, Job.owner, Job.queue, Job.attempt, Job.spec, Job.queue_position, Job.waiting_reason)
-        .where(Job.status == Status.QUEUED.value).order_by(Job.created_at, Job.id)).all()]
-    running: list[Placement] = []
-    per_owner: dict[str, int] = defaultdict(int)
-    for job_id, owner, placement in session.exec(sa.select(Job.id, Job.owner, Job.placement).where(  # type: ignore[call-overload]
-            Job.status.in_(HOLDING))).all():  # type: ignore[attr-defined]
-        per_owner[owner] += 1
-        if placement:
-            running.append(Placement(job_id, tuple(NodePlacement(n["node_rank"], n["host"], tuple(n.get("gpus") or ()),
-                                                                 int(n.get("cpu_slots") or 0)) for n in placement)))
-    session.commit()
-    return hosts, queued, running, per_owner
-
-
-def decide(hosts: list[Host], queued: list[_Queued], running: list[Placement], per_owner: dict[str, int],
-           running_cap: int) -> Decision:
-    """The whole pass's decision: per queue, the policy over the live hosts that serve it; jobs of an owner at the
-    running-job cap wait with that reason. Slurm hosts take every job of their queues in order (Slurm places ranks)."""
+def decide(view: View, running_cap: int, *, now: float | None = None, reservations: Iterable[Reservation] = (),
+           min_runtime_s: float = DEFAULT_MIN_RUNTIME_S) -> Decision:
+    """The whole pass's decision: per queue, the policy over the live hosts that serve it; held jobs and jobs of an
+    owner at the running-job cap wait with that reason. Slurm hosts take every job of their queues in order (Slurm
+    places ranks). With ``now`` the policy also preempts, reclaims quota and reserves hosts (jobs.scheduling.policy)."""
     placements: list[Placement] = []
+    preemptions: list[Preemption] = []
+    kept: list[Reservation] = []
     waiting: dict[str, Waiting] = {}
+    per_owner = view.per_owner
     allowance = {owner: running_cap - n for owner, n in per_owner.items()}
+    reservations = list(reservations)
 
     def capped(owner: str) -> Waiting:
         running_now = per_owner.get(owner, 0)
@@ -107,16 +87,18 @@ def decide(hosts: list[Host], queued: list[_Queued], running: list[Placement], p
         return Waiting(0, f"over the owner's running-job cap: {running_now} running"
                           f"{f' and {ahead} placed ahead of it' if ahead > 0 else ''}, the cap is {running_cap}")
 
-    by_queue: dict[str, list[_Queued]] = defaultdict(list)
-    for job in queued:
-        if allowance.setdefault(job.owner, running_cap) <= 0:
+    by_queue: dict[str, list[QueuedRow]] = defaultdict(list)
+    for job in view.queued:
+        if job.hold:
+            waiting[job.id] = Waiting(0, job.hold)
+        elif allowance.setdefault(job.owner, running_cap) <= 0:
             waiting[job.id] = capped(job.owner)
         else:
             by_queue[job.queue].append(job)
-    held = list(running)
+    held = list(view.running)
     for queue_name in sorted(by_queue):
         jobs = by_queue[queue_name]
-        serving = [h for h in hosts if queue_name in h.queues]
+        serving = [h for h in view.hosts if queue_name in h.queues]
         slurm = [h for h in serving if h.executor == "slurm"]
         local = [h for h in serving if h.executor != "slurm"]
         if slurm:
@@ -136,10 +118,15 @@ def decide(hosts: list[Host], queued: list[_Queued], running: list[Placement], p
         for seq, job in enumerate(jobs):
             device, nnodes, nproc = _ask(job.spec, gpu_hosts)
             asks[job.id] = QueuedJob(job.id, job.owner, nnodes=nnodes, nproc_per_node=nproc, device=device,  # type: ignore[arg-type]
-                                     submitted_seq=seq)
+                                     submitted_seq=seq, priority=job.priority, timeout_s=job.timeout_s,
+                                     preemptible=job.preemptible)
         pool = [PolicyHost(id=h.id, gpus=tuple(h.gpus), cpu_slots=h.cpu_slots) for h in local]
-        decision = schedule(asks.values(), pool, held)  # placements on hosts outside the pool are passed over
+        mine = [r for r in reservations if r.job_id in asks]
+        # Placements on hosts outside the pool are passed over.
+        decision = schedule(asks.values(), pool, held, now=now, quotas=view.quotas, reservations=mine, min_runtime_s=min_runtime_s)
         waiting.update(decision.waiting)
+        preemptions.extend(p for p in decision.preemptions if p.victim_job_id not in view.stopping)
+        kept.extend(decision.reservations)
         for placement in decision.placements:
             owner = asks[placement.job_id].owner
             if allowance[owner] <= 0:  # the owner's cap filled up within this pass: the next pass reconsiders it
@@ -148,7 +135,10 @@ def decide(hosts: list[Host], queued: list[_Queued], running: list[Placement], p
             allowance[owner] -= 1
             placements.append(placement)
             held.append(placement)
-    return Decision(tuple(placements), waiting)
+    for job in view.queued:  # a job stopped to make room says so until it runs again
+        if job.preempted and job.id in waiting and not waiting[job.id].reason.startswith(job.preempted):
+            waiting[job.id] = Waiting(waiting[job.id].position, f"{job.preempted}; now {waiting[job.id].reason}")
+    return Decision(tuple(placements), waiting, tuple(preemptions), tuple(kept))
 
 
 def nodes_json(placement: Placement) -> list[dict[str, Any]]:
@@ -156,14 +146,18 @@ def nodes_json(placement: Placement) -> list[dict[str, Any]]:
             for n in sorted(placement.nodes, key=lambda n: n.node_rank)]
 
 
-def run_pass(session: Session, redis: Redis, settings: Settings, holder: str) -> PassReport:
-    """One pass, as the lease holder ``holder``; stops at the first write that finds the lease gone."""
+def run_pass(session: Session, redis: Redis, settings: Settings, holder: str, *,
+             reservations: Iterable[Reservation] = (), now: float | None = None) -> PassReport:
+    """One pass, as the lease holder ``holder``; stops at the first write that finds the lease gone. ``reservations``:
+    those of the previous pass (PassReport.reservations)."""
     report = PassReport()
-    hosts, queued, running, per_owner = _read(session, settings)
-    if not queued:
+    view = read_view(session, settings.lease_ttl_s)
+    if not view.queued:
         return report
-    decision = decide(hosts, queued, running, per_owner, settings.max_running_per_owner)
-    attempts = {j.id: j.attempt for j in queued}
+    decision = decide(view, settings.max_running_per_owner, now=time.time() if now is None else now,
+                      reservations=reservations, min_runtime_s=settings.preempt_min_runtime_s)
+    report.reservations = decision.reservations
+    attempts = {j.id: j.attempt for j in view.queued}
     handed: list[tuple[Placement, int]] = []
     for placement in decision.placements:
         placed = _place(session, settings, holder, placement, attempts[placement.job_id])
@@ -175,8 +169,17 @@ def run_pass(session: Session, redis: Redis, settings: Settings, holder: str) ->
             report.placed.append(placement.job_id)
     for placement, attempt in handed:
         hand_over(redis, placement, attempt)
+    for preemption in decision.preemptions:
+        if not leader.still_held(session, leader.SCHEDULER, holder, settings.lease_ttl_s):
+            session.rollback()
+            report.lost_lease = True
+            return report
+        if stops.request_stop(session, preemption.victim_job_id, reason=preemption.reason):
+            log.info("scheduler: job %s is asked to checkpoint and make room for job %s", preemption.victim_job_id,
+                     preemption.by_job_id, extra={"job_id": preemption.victim_job_id})
+            report.preempted.append(preemption.victim_job_id)
     report.waiting = len(decision.waiting)
-    if not _store_waiting(session, settings, holder, queued, decision.waiting):
+    if not _store_waiting(session, settings, holder, view.queued, decision.waiting):
         report.lost_lease = True
     return report
 
@@ -194,6 +197,7 @@ def _place(session: Session, settings: Settings, holder: str, placement: Placeme
         transition(session, placement.job_id, Status.RUNNING, expect=[Status.QUEUED], reason=f"placed on {where}",
                    guard=[Job.attempt == attempt], values={
                        "worker_id": nodes[0]["host"], "placement": nodes, "queue_position": None, "waiting_reason": None,
+                       "borrowed": placement.borrowed, "stop_request": None,
                        # The attempt's lease starts now: a task nobody adopts lapses and goes back in line.
                        "lease_expires_at": db_now(session, settings.lease_ttl_s),
                        "started_at": sa.func.coalesce(Job.started_at, utcnow()),
@@ -216,7 +220,7 @@ def hand_over(redis: Redis, placement: Placement, attempt: int) -> None:
                         placement.job_id, node.node_rank, node.host, exc, extra={"job_id": placement.job_id})
 
 
-def _store_waiting(session: Session, settings: Settings, holder: str, queued: Iterable[_Queued],
+def _store_waiting(session: Session, settings: Settings, holder: str, queued: Iterable[QueuedRow],
                    waiting: dict[str, Waiting]) -> bool:
     """Store each waiting job's position (0-based) and reason where they changed, so reading a queued job asks nothing
     else. False: the lease is gone."""
@@ -250,6 +254,7 @@ class SchedulerLoop(threading.Thread):
         self.interval_s = interval_s if interval_s is not None else settings.poll_interval_s
         self.stopped = threading.Event()
         self.leading = False
+        self.reservations: tuple[Reservation, ...] = ()
 
     def run(self) -> None:
         while not self.stopped.wait(self.interval_s):
@@ -264,9 +269,11 @@ class SchedulerLoop(threading.Thread):
                 if leading != self.leading:
                     log.info("scheduler: %s the leader lease", "took" if leading else "lost")
                     self.leading = leading
+                    self.reservations = ()  # a new leader plans afresh; running jobs asked to stop stay asked
                 if leading:
                     started = time.monotonic()
-                    report = run_pass(session, self.redis, self.settings, self.holder)
+                    report = run_pass(session, self.redis, self.settings, self.holder, reservations=self.reservations)
+                    self.reservations = report.reservations
                     if report.placed:
                         log.info("scheduler: placed %d job(s) in %.0f ms; %d waiting", len(report.placed),
                                  1000 * (time.monotonic() - started), report.waiting)

@@ -94,7 +94,7 @@ def submit(
         "id": new_job_id(), "owner": owner, "name": spec.name, "kind": spec.kind, "status": Status.QUEUED.value,
         "queue": spec.queue, "spec": spec.visible_dump(), "labels": dict(spec.labels), "attempt": 1,
         "max_attempts": spec.retries + 1, "created_at": now, "updated_at": now, "last_seq": 0, "latest_metrics": {},
-        "adjustments": [],
+        "adjustments": [], "priority": spec.priority, "preemptible": spec.preemptible, "borrowed": False,
     }
     try:
         # A Core INSERT of known values: building a Job (SQLModel's validating __init__, whose default factories
@@ -274,6 +274,7 @@ def retry(session: Session, redis: Redis, owner: str, job_id: str, queued_cap: i
     job = Job(
         owner=owner, name=old.name, kind=old.kind, queue=old.queue, labels=dict(old.labels), spec=dict(old.spec),
         max_attempts=old.spec.get("retries", 0) + 1, retry_of=old.id, resume_from=resume_from,
+        priority=old.priority, preemptible=old.preemptible,
     )
     session.add(job)
     session.flush()

@@ -107,6 +107,7 @@ class Settings(BaseSettings):
     max_request_bytes: int = Field(1_048_576, ge=1024, description="Request bodies above this many bytes answer 413.")
     max_queued_per_owner: int = Field(1000, ge=1, description="Queued jobs one owner may have; more submissions answer 429.")
     max_running_per_owner: int = Field(100, ge=1, description="Running jobs one owner may have; further jobs wait in the queue.")
+    preempt_min_runtime_s: float = Field(300.0, ge=0, description="A job younger than this is never preempted.")
     key_cache_s: float = Field(
         5.0, ge=0, le=300, description="How long an API process trusts a tenant key it has verified without asking SQL again: a "
         "key revoked through another API process stops working within this bound (at once in the process that revoked it). "

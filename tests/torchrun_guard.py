@@ -65,7 +65,8 @@ class _Watch:
 
 
 def pytest_deselected(items: list[pytest.Item]) -> None:
-    if any(item.get_closest_marker("slow") for item in items):
+    # Only a marker expression leaves slow tests out on purpose; ``-k`` picks tests by name and promises nothing.
+    if any(item.get_closest_marker("slow") and "slow" in (item.config.option.markexpr or "") for item in items):
         _state["armed"] = True
 
 

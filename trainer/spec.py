@@ -207,6 +207,8 @@ class JobBase(_Strict):
     timeout_s: int = Field(86_400, ge=1, le=30 * 86_400, description="Wall-clock limit of one attempt.")
     stall_timeout_s: int | None = Field(None, ge=10, le=86_400, description="No new step for this long stops the attempt.")
     queue: str = Field("default", pattern=NAME_PATTERN, description="RQ queue the job waits in.")
+    priority: int = Field(50, ge=0, le=100, description="Higher goes first and may preempt lower; at most the key's max_priority.")
+    preemptible: StrictBool = Field(True, description="false: never stopped to make room for another job (the key must allow it).")
     labels: dict[str, str] = Field(default_factory=dict, max_length=32, description="Free-form labels for filtering.")
     env: dict[str, EnvValue] = Field(
         default_factory=dict, max_length=64,

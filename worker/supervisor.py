@@ -105,6 +105,8 @@ class Supervisor:
         self.log_extra = {"job_id": job_id}
         self.last_phase: str | None = None
         self.preempt_requested = False
+        # Set by the scheduler (jobs/stops.py) when this job must make room: checkpoint, then back in line.
+        self.stop_request: str | None = None
         # The scheduler's placement of the adopted attempt; nnodes > 1: this supervisor is node 0 of a gang.
         self.placement: list[dict[str, object]] | None = None
         self.nnodes = 1
@@ -446,7 +448,7 @@ class Supervisor:
         with contextlib.suppress(SQLAlchemyError):
             if self._status(retried=False) == Status.CANCELLING:
                 return False
-        return not self.preempt_requested
+        return not self.preempt_requested and not self.stop_request
 
     def _setup_ended(self, job: Job, exc: Exception) -> str:
         self._gang_stop_quietly()
@@ -458,6 +460,9 @@ class Supervisor:
         if self.preempt_requested:
             return self._requeue(job, reason="worker stopped (preempted) while preparing the job", outcome_name="preempted",
                                  consume_retry=False, exit_code=None)
+        if self.stop_request:
+            return self._requeue(job, reason=f"{self.stop_request} (while preparing the job)", outcome_name="preempted",
+                                 consume_retry=False, exit_code=None, extra={"waiting_reason": self.stop_request})
         return "lost ownership"
 
     def _watch(self, job: Job, spec: AnySpec) -> RankState | str:
@@ -513,6 +518,8 @@ class Supervisor:
                 code = self._stop(job)
                 return self._requeue(job, reason="worker stopped (preempted); resumes from its checkpoint",
                                      outcome_name="preempted", consume_retry=False, exit_code=code)
+            if self.stop_request and status == Status.RUNNING:
+                return self._make_room(job, self.stop_request)
             if state.reason is not None:  # still pending, and the engine says it can never run as asked
                 self._stop(job)
                 return self._engine_ended(job, state)
@@ -544,6 +551,18 @@ class Supervisor:
         code = self.executor.stop(self.launch, self.settings.stop_grace_s, on_wait=keep_lease).exit_code
         self._ingest(final=True)
         return code
+
+    def _make_room(self, job: Job, why: str) -> str:
+        """The scheduler needs this job's devices (preemption, a sweep pausing a trial): SIGTERM with the grace to
+        checkpoint, then back in line without spending a retry; the next attempt resumes from that checkpoint."""
+        log.info("job %s: %s; stopping the ranks with %.0fs to checkpoint", job.id, why, self.settings.stop_grace_s,
+                 extra=self.log_extra)
+        code = self._stop(job)
+        if code == 0 and self.last_phase == "done":  # it finished within the grace: nothing left to resume
+            return self._finish(job, Status.SUCCEEDED, reason=f"training done while stopping ({why})", outcome="succeeded",
+                                exit_code=0)
+        return self._requeue(job, reason=f"{why}; resumes from its checkpoint", outcome_name="preempted", consume_retry=False,
+                             exit_code=code, extra={"waiting_reason": why, "queue_position": None})
 
     def _ingest(self, final: bool = False) -> int:
         """Store what rank 0 appended, then what the job wrote without the SDK (worker/found.py); the tails
@@ -643,7 +662,8 @@ class Supervisor:
 
     def _status(self, retried: bool = True) -> Status:
         def read() -> Status:
-            value = self.session.exec(sa.select(Job.status).where(Job.id == self.job_id)).scalar_one()  # type: ignore[call-overload]
+            value, self.stop_request = self.session.exec(  # type: ignore[call-overload]
+                sa.select(Job.status, Job.stop_request).where(Job.id == self.job_id)).one()
             self.session.commit()
             return Status(value)
 

@@ -48,8 +48,9 @@ def submit_job(
     idempotency_key: IdempotencyKey = None,
 ) -> JobOut:
     problems = spec_problems(spec, bundles.spec_limits(settings, principal.owner, spec))  # a bundle is its code root
-    if not any(p.loc == ("queue",) for p in problems) and (why := principal.queue_problem(spec.queue)):
-        problems.append(SpecProblem(("queue",), why))
+    seen = {p.loc for p in problems}
+    problems += [SpecProblem((field,), why) for field, why in principal.spec_problems(spec.queue, spec.priority, spec.preemptible)
+                 if (field,) not in seen]
     if problems:
         raise SpecError(problems)
     sub = service.submit(session, redis, principal.owner, spec, idempotency_key=idempotency_key, settings=settings)
@@ -127,9 +128,12 @@ def retry_job(job_id: JobId, principal: PrincipalDep, session: SessionDep, redis
     old = service.get_job(session, principal.owner, job_id)  # 404 before the cap: another owner's job says nothing
     # The queue may have been removed, or the key narrowed, since the job was submitted.
     why = (None if old.queue in settings.queues else f"queue {old.queue!r} no longer exists; this service has: "
-           f"{', '.join(settings.queues)}") or principal.queue_problem(old.queue)
-    if why:
-        raise SpecError([SpecProblem(("queue",), why)])
+           f"{', '.join(settings.queues)}")
+    problems = [SpecProblem(("queue",), why)] if why else []
+    problems += [SpecProblem((field,), words) for field, words in principal.spec_problems(old.queue, old.priority, old.preemptible)
+                 if not (why and field == "queue")]
+    if problems:
+        raise SpecError(problems)
     job = service.retry(session, redis, principal.owner, job_id, settings.max_queued_per_owner)  # a new queued job
     return JobOut.detail(service.job_detail(session, redis, settings, principal.owner, job.id))
 

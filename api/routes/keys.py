@@ -25,7 +25,8 @@ def create_key(body: KeyCreate, _: AdminDep, session: SessionDep, settings: Sett
     if unknown:
         raise SpecError([SpecProblem(("queues",), f"unknown queue {', '.join(map(repr, unknown))}; "
                                                   f"this service has: {', '.join(settings.queues)}")])
-    row, plain = keys.create_key(session, body.owner, body.name, body.queues)
+    row, plain = keys.create_key(session, body.owner, body.name, body.queues, max_priority=body.max_priority,
+                                  may_protect=body.may_protect)
     return KeyCreated(**KeyOut.of(row).model_dump(), key=plain)
 
 

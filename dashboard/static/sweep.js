@@ -1,58 +1,34 @@
 // Sweep pages of the dashboard: #/sweeps lists sweeps; #/sweeps/<id> shows one: its trials table, the sweep's
 // metric against steps for every trial (stopped trials greyed), a scatter of one parameter against the metric,
-// and "compare" of the top trials (the jobs' compare view). app.js's router hands these hashes here.
+// and "compare" of the top trials (the jobs' compare view).
 // Server data goes on the page as text (textContent), never parsed as markup.
 
-const KEY_STORAGE = "torchyard.apiKey";
+import { api } from "./api.js";
+import { $, el, sleep } from "./dom.js";
+import { isCurrent } from "./view.js";
+
 const POLL_MS = 3000;
 const LIVE = new Set(["pending", "running", "paused"]);
 const GREY = "#c0c4cc";
 const COLORS = ["#2563eb", "#f97316", "#16a34a", "#9333ea", "#dc2626", "#0891b2", "#ca8a04", "#db2777"];
 
-const $ = (id) => document.getElementById(id);
 let plots = [];
-
-async function api(path, signal) {
-  const res = await fetch(path, { signal, headers: { Authorization: `Bearer ${sessionStorage.getItem(KEY_STORAGE)}`,
-                                                     Accept: "application/json" } });
-  if (!res.ok) {
-    let detail = res.statusText;
-    try { detail = (await res.json()).detail || detail; } catch { /* not problem+json */ }
-    throw Object.assign(new Error(detail), { status: res.status, detail });
-  }
-  return res.json();
-}
-
-function el(tag, attrs = {}, ...children) {
-  const node = document.createElement(tag);
-  for (const [k, v] of Object.entries(attrs)) {
-    if (k === "class") node.className = v;
-    else if (k === "dataset") Object.assign(node.dataset, v);
-    else node.setAttribute(k, v);
-  }
-  for (const c of children) node.append(c instanceof Node ? c : document.createTextNode(c ?? ""));
-  return node;
-}
 
 const fmt = (v) => (v === null || v === undefined ? "–" : Math.abs(v) < 1e-3 && v !== 0 ? v.toExponential(2) : Number(v).toPrecision(4));
 const fmtParams = (p) => Object.entries(p).map(([k, v]) => `${k}=${typeof v === "number" ? fmt(v) : v}`).join(" ");
-const sleep = (ms, signal) => new Promise((resolve) => {
-  const t = setTimeout(resolve, ms);
-  signal?.addEventListener("abort", () => { clearTimeout(t); resolve(); }, { once: true });
-});
 
 function destroy() {
   for (const p of plots) p.destroy();
   plots = [];
 }
 
-async function openList(gen, signal, current) {
+async function openList(gen, signal) {
   $("sweeps-list").hidden = false;
   $("sweep-detail").hidden = true;
   document.title = "Sweeps · torchyard";
-  while (gen === current()) {
+  while (isCurrent(gen)) {
     try {
-      const { items } = await api("/v1/sweeps?limit=100", signal);
+      const { items } = await api("/v1/sweeps?limit=100", { signal });
       $("sweeps-empty").hidden = items.length > 0;
       $("sweeps-table").querySelector("tbody").replaceChildren(...items.map((s) => el("tr", { dataset: { sweepId: s.id } },
         el("td", {}, el("a", { href: `#/sweeps/${s.id}` }, s.name)), el("td", { class: "mono" }, s.id),
@@ -70,7 +46,7 @@ async function curves(sweep, signal) {
   const out = new Map();
   await Promise.all(sweep.trials.filter((t) => t.job_id).map(async (t) => {
     const q = new URLSearchParams({ name: sweep.metric, limit: "10000" });
-    const { items } = await api(`/v1/jobs/${t.job_id}/metrics?${q}`, signal);
+    const { items } = await api(`/v1/jobs/${t.job_id}/metrics?${q}`, { signal });
     out.set(t.number, items.map((m) => [m.step, m.value]));
   }));
   return out;
@@ -151,18 +127,18 @@ function renderTrials(sweep) {
   compare.href = `#/compare/${top.map((t) => t.job_id).join(",")}`;
 }
 
-async function openDetail(id, gen, signal, current) {
+async function openDetail(id, gen, signal) {
   $("sweeps-list").hidden = true;
   $("sweep-detail").hidden = false;
   $("sweep-param").onchange = () => { if (last) { destroy(); drawCurves(last, lastSeries); drawScatter(last); } };
   let last = null;
   let lastSeries = new Map();
-  while (gen === current()) {
+  while (isCurrent(gen)) {
     try {
-      const sweep = await api(`/v1/sweeps/${id}`, signal);
+      const sweep = await api(`/v1/sweeps/${id}`, { signal });
       document.title = `${sweep.name} · sweeps · torchyard`;
       const series = await curves(sweep, signal);
-      if (gen !== current()) return;
+      if (!isCurrent(gen)) return;
       renderTrials(sweep);
       destroy();
       drawCurves(sweep, series);
@@ -179,11 +155,11 @@ async function openDetail(id, gen, signal, current) {
   }
 }
 
-// The router in app.js calls this for #/sweeps and #/sweeps/<id>; ``current`` returns its generation now.
-window.torchyardSweeps = {
-  open(hash, gen, signal, current) {
-    destroy();
-    const m = hash.match(/^#\/sweeps\/([A-Za-z0-9_-]+)/);
-    return m ? openDetail(m[1], gen, signal, current) : openList(gen, signal, current);
-  },
-};
+// The router (app.js) opens #/sweeps and #/sweeps/<id> here.
+export function openSweeps(hash, gen, signal) {
+  destroy();
+  const m = hash.match(/^#\/sweeps\/([A-Za-z0-9_-]+)/);
+  return m ? openDetail(m[1], gen, signal) : openList(gen, signal);
+}
+
+export const destroySweeps = destroy;

@@ -179,8 +179,34 @@ def schedule(queued: Iterable[QueuedJob], hosts: Iterable[Host], running: Iterab
             need = needs[(oldest.device, oldest.nnodes, oldest.nproc_per_node)]
             hold = backfill.plan(oldest, need, cluster, _holders(running, placements, stopping, cluster), now)
             if hold is not None:
-                special[oldest.id] = reasons.reserved(need, hold.reservation)
+                special[oldest.id] = reasons.reserved(need, hold.reservation, now)
             oldest = None
+
+    def try_preempt(job: QueuedJob, need: Need, ask: tuple) -> bool:
+        """Stop the cheapest set of running jobs this one may preempt so that it fits; it is placed on their
+        GPUs once they have checkpointed and left (a reservation from a preemption)."""
+        assert now is not None
+        asked = need.per_node * need.nnodes if not need.whole else 0
+        reclaims = usage.within_gpu_quota(job.owner, asked)
+        key = (ask, job.priority, job.owner, reclaims)
+        if key in no_victims:
+            return False
+        found_victims = _preempt(job, need, cluster, running, stopping, None if hold is not None and hold.job is job else hold,
+                                 now, reclaims, quotas, min_runtime_s)
+        if found_victims is None:
+            no_victims.add(key)
+            return False
+        chosen = list(zip(found_victims.hosts, found_victims.gpus, strict=True))
+        nodes = tuple(NodePlacement(rank, cluster.ids[h], g) for rank, (h, g) in enumerate(chosen))
+        for h, g in chosen:
+            cluster.claim(h, g)
+        for v in found_victims.victims:
+            stopping.add(v.job_id)
+            preemptions.append(Preemption(v.job_id, job.id, reasons.preempted(job, reclaims, v)))
+        kept.append(Reservation(job.id, nodes, now, tuple(v.job_id for v in found_victims.victims)))
+        special[job.id] = reasons.preempting(found_victims.victims)
+        left.append((job.id, ask, len(placements)))
+        return True
 
     for job in fair_order([j for j in jobs if j.id not in done], usage):
         if now is not None:
@@ -211,9 +237,21 @@ def schedule(queued: Iterable[QueuedJob], hosts: Iterable[Host], running: Iterab
                 usage.add(job.owner, gpus, 0)
                 hold = None
                 released()
-            else:
-                special[job.id] = reasons.reserved(need, hold.reservation)
-                left.append((job.id, ask, len(placements)))
+                continue
+            own_hold = hold
+            # The held hosts free up only when their jobs end: stopping jobs it may preempt is sooner.
+            own = hold.free
+            backfill.release(hold, cluster)
+            hold = None
+            if try_preempt(job, need, ask):
+                released()
+                continue
+            hold = own_hold
+            for h, free in own.items():
+                cluster.claim(h, free)
+            hold.free = own
+            special[job.id] = reasons.reserved(need, hold.reservation, now)
+            left.append((job.id, ask, len(placements)))
             continue
         if hold is not None and hold.sticky and job.priority > hold.job.priority and reasons.never(need, cluster) is None:
             backfill.release(hold, cluster)  # a blocked job of higher priority takes the reservation over
@@ -235,25 +273,8 @@ def schedule(queued: Iterable[QueuedJob], hosts: Iterable[Host], running: Iterab
                 usage.add(job.owner, gpus, 0)
                 continue
         if now is not None and need.device == "gpu":
-            asked = need.per_node * need.nnodes if not need.whole else 0
-            reclaims = usage.within_gpu_quota(job.owner, asked)
-            key = (ask, job.priority, job.owner, reclaims)
-            if key not in no_victims:
-                found_victims = _preempt(job, need, cluster, running, stopping, hold, now, reclaims, quotas, min_runtime_s)
-                if found_victims is None:
-                    no_victims.add(key)
-                else:
-                    chosen = list(zip(found_victims.hosts, found_victims.gpus, strict=True))
-                    nodes = tuple(NodePlacement(rank, cluster.ids[h], g) for rank, (h, g) in enumerate(chosen))
-                    for h, g in chosen:
-                        cluster.claim(h, g)
-                    for v in found_victims.victims:
-                        stopping.add(v.job_id)
-                        preemptions.append(Preemption(v.job_id, job.id, reasons.preempted(job, reclaims, v)))
-                    kept.append(Reservation(job.id, nodes, now, tuple(v.job_id for v in found_victims.victims)))
-                    special[job.id] = reasons.preempting(found_victims.victims)
-                    left.append((job.id, ask, len(placements)))
-                    continue
+            if try_preempt(job, need, ask):
+                continue
             if (oldest is None or order_key(job) < order_key(oldest)) and may_hold(job.id, ask):
                 oldest = job
         left.append((job.id, ask, len(placements)))
@@ -283,7 +304,7 @@ def schedule(queued: Iterable[QueuedJob], hosts: Iterable[Host], running: Iterab
             if used + asked > quota.gpus:
                 text = reasons.over_quota(job.owner, used, quota.gpus)
         if text is None and hold is not None and backfill.fits_held(hold, need):
-            text = reasons.behind(hold.job, hold.reservation)
+            text = reasons.behind(hold.job, hold.reservation, now)
         if text is None:
             if ask in reason_of:
                 text = reason_of[ask]

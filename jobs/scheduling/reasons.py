@@ -77,11 +77,14 @@ def capacity(need: Need, cluster: Cluster) -> str:
 # ---------------------------------------------------------------- priorities, quotas, preemption, backfill
 
 
-def clock(t: float | None) -> str:
-    """A start time as the user reads it (UTC); None for one that depends on jobs with no timeout."""
+def clock(t: float | None, now: float | None = None) -> str:
+    """A start time as the user reads it (UTC), with its date unless it is the day of ``now``; None for one that
+    depends on jobs with no timeout."""
     if t is None:
         return "when the jobs running there end"
-    return "from about " + datetime.fromtimestamp(t, tz=timezone.utc).strftime("%H:%M")
+    at = datetime.fromtimestamp(t, tz=timezone.utc)
+    same_day = now is not None and datetime.fromtimestamp(now, tz=timezone.utc).date() == at.date()
+    return "from about " + at.strftime("%H:%M" if same_day else "%b %d %H:%M")
 
 
 def _jobs(victims: Sequence[Placement]) -> str:
@@ -105,18 +108,19 @@ def _hosts(nodes: Sequence[NodePlacement]) -> str:
     return names[0] + " is" if len(names) == 1 else ", ".join(names) + " are"
 
 
-def reserved(need: Need, reservation: Reservation) -> str:
+def reserved(need: Need, reservation: Reservation, now: float | None = None) -> str:
     if need.whole:
         what = "every GPU of " + ("one host" if need.nnodes == 1 else f"{need.nnodes} hosts")
     elif need.nnodes == 1:
         what = f"{need.per_node} {_units('gpu', need.per_node)} on one host"
     else:
         what = f"{need.nnodes} hosts with {need.per_node} {_units('gpu', need.per_node)}"
-    return f"waiting for {what}: {_hosts(reservation.nodes)} reserved for it {clock(reservation.from_s)}; smaller jobs backfill until then"
+    when = clock(reservation.from_s, now)
+    return f"waiting for {what}: {_hosts(reservation.nodes)} reserved for it {when}; smaller jobs backfill until then"
 
 
-def behind(job: QueuedJob, reservation: Reservation) -> str:
-    return f"behind job {job.id} (priority {job.priority}): {_hosts(reservation.nodes)} reserved for it {clock(reservation.from_s)}"
+def behind(job: QueuedJob, reservation: Reservation, now: float | None = None) -> str:
+    return f"behind job {job.id} (priority {job.priority}): {_hosts(reservation.nodes)} reserved for it {clock(reservation.from_s, now)}"
 
 
 def over_quota(owner: str, used: int, quota: int) -> str:

@@ -141,8 +141,9 @@ def test_queue_lists_waiting_jobs_in_the_schedulers_order_with_reasons(client: T
     _scheduler_pass(settings)
     mine = client.get("/v1/queue", headers=alice).json()["items"]
     assert [q["id"] for q in mine] == ids[1:]  # the first runs; another owner's job is not listed
-    assert [q["queue_position"] for q in mine] == [0, 1]
+    # Fair share: the admin's job goes first, alice already runs one.
+    assert [q["queue_position"] for q in mine] == [1, 2]
     assert mine[0]["waiting_reason"] == "needs 2 CPU slots on one host; all CPU slots are busy"
     assert (mine[0]["nnodes"], mine[0]["nproc_per_node"], mine[0]["device"]) == (1, 2, "auto")
     everyone = client.get("/v1/queue").json()["items"]
-    assert [q["id"] for q in everyone] == [*ids[1:], theirs] and everyone[2]["queue_position"] == 2
+    assert [q["id"] for q in everyone] == [theirs, *ids[1:]] and everyone[0]["queue_position"] == 0

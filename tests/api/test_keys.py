@@ -14,7 +14,7 @@ def test_admin_creates_lists_and_revokes_keys(client: TestClient, settings: Sett
     resp = client.post("/v1/keys", json={"owner": "alice", "name": "laptop"})
     assert resp.status_code == 201, resp.text
     created = resp.json()
-    assert set(created) == {"id", "owner", "name", "key", "created_at", "revoked_at", "queues"}
+    assert set(created) == {"id", "owner", "name", "key", "created_at", "revoked_at", "queues", "max_priority", "may_protect"}
     assert created["owner"] == "alice" and created["key"].startswith("ty_")
     alice = {"Authorization": f"Bearer {created['key']}"}
 

@@ -35,6 +35,9 @@ await visit("compare", async (page, cfg, result, step) => {
     };
   }
   result.legend = await page.$$eval("#compare-legend li", (lis) => lis.map((li) => ({ id: li.dataset.jobId, text: li.textContent })));
+  result.diff = await page.$$eval("#compare-diff tr[data-field]", (trs) => trs.map((tr) => ({
+    field: tr.dataset.field, cells: [...tr.querySelectorAll("td")].slice(1).map((td) => td.textContent), shown: !tr.hidden,
+  })));
   // Each job's line is stroked in its own colour: count the pixels of the first two on the loss canvas.
   result.linePixels = await page.evaluate(() => {
     const canvas = document.querySelector("#compare-loss canvas");

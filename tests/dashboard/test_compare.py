@@ -1,5 +1,5 @@
 """The dashboard's compare view in headless Chromium against a live service: two finished jobs that differ in
-their learning rate are ticked in the table and overlaid, their differing spec field beside the legend."""
+their learning rate are ticked in the table and overlaid, their differing spec field in the table below the legend."""
 
 from __future__ import annotations
 
@@ -57,8 +57,9 @@ def test_compare_view_overlays_two_jobs(services: Services, playwright_core: Pat
     assert seen["eval"]["series"] == 2 and seen["eval"]["metric"] == "eval/accuracy"
     assert seen["throughput"]["series"] == 2 and seen["throughput"]["metric"] == "train/samples_per_s"
     assert [item["id"] for item in seen["legend"]] == ids
-    assert "train.lr=0.01" in seen["legend"][0]["text"] and "train.lr=0.001" in seen["legend"][1]["text"]
-    assert "model.name" not in seen["legend"][0]["text"]  # only the fields that differ
+    assert seen["legend"][0]["text"].startswith("lr-0.01") and seen["legend"][1]["text"].startswith("lr-0.001")
+    # Only the fields that differ: the learning rate (the names show in the legend).
+    assert seen["diff"] == [{"field": "train.lr", "cells": ["0.01", "0.001"], "shown": True}]
     assert all(n > 50 for n in seen["linePixels"]), seen["linePixels"]  # both jobs' lines are drawn
     assert seen["problems"] == [], seen["problems"]
     assert (shots / "compare.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
