@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from cli.main import (
@@ -77,8 +78,8 @@ def follow_sweep(client: Client, sweep_id: str, poll_s: float = 2.0) -> dict[str
             now = (t["state"], t["allowed_rung"], t["rung"])
             if seen.get(t["number"]) != now:
                 promoted = seen.get(t["number"]) is not None and t["allowed_rung"] > seen[t["number"]][1]
-                console.print(f"trial {t['number']} promoted to rung {t['allowed_rung']}" if promoted
-                              else _change(t, sweep["metric"]))
+                console.print(escape(f"trial {t['number']} promoted to rung {t['allowed_rung']}" if promoted
+                                     else _change(t, sweep["metric"])))
                 seen[t["number"]] = now
         if sweep["status"] != "running":
             return sweep
@@ -90,7 +91,7 @@ def _finish(sweep: dict[str, Any]) -> None:
     if sweep.get("best_trial") is not None:
         console.print(f"sweep {sweep['id']} {sweep['status']}: best trial {sweep['best_trial']}, {sweep['metric']} "
                       f"{_value(sweep['best_value'])} ({sweep['mode']})")
-        console.print(f"best parameters: [bold]{_params(sweep.get('best_params') or {})}[/]")
+        console.print(f"best parameters: [bold]{escape(_params(sweep.get('best_params') or {}))}[/]")
     else:
         console.print(f"sweep {sweep['id']} {sweep['status']}: no trial reported {sweep['metric']}")
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 from redis import Redis
+from sqlmodel import select
 
 from jobs.models import Job, Status
 from jobs.settings import Settings
@@ -39,7 +40,7 @@ class World:
 
     def jobs(self) -> list[Job]:
         with session_of(self.settings) as s:
-            return list(s.query(Job).order_by(Job.id))
+            return list(s.exec(select(Job).order_by(Job.id)).all())  # type: ignore[arg-type]
 
     def step(self, lr_of: dict[str, float], steps: int = 10) -> None:
         for job in self.jobs():
