@@ -97,7 +97,8 @@ class SweepList(BaseModel):
              summary="Start a sweep: trials of a base spec over a search space (grid, random or ASHA)")
 def create_sweep(sweep: Annotated[SweepSpec, Body(openapi_examples=EXAMPLES)], principal: PrincipalDep,
                  session: SessionDep, settings: SettingsDep, response: Response, idempotency_key: IdempotencyKey = None) -> SweepOut:
-    found = store.problems(sweep, lambda spec: bundles.spec_limits(settings, principal.owner, spec), principal.queue_problem)
+    found = store.problems(sweep, lambda spec: bundles.spec_limits(settings, principal.owner, spec),
+                           lambda spec: principal.spec_problems(spec.queue, spec.priority, spec.preemptible))
     if found:
         raise SpecError(found)
     row, replayed = store.create(session, principal.owner, sweep, idempotency_key)

@@ -63,15 +63,14 @@ def _parse(raw: dict[str, Any]) -> tuple[JobSpec | ScriptJobSpec | None, list[Sp
 
 
 def problems(sweep: SweepSpec, limits_of: Callable[[JobSpec | ScriptJobSpec], SpecLimits],
-             queue_problem: Callable[[str], str | None]) -> list[SpecProblem]:
+             key_problems: Callable[[JobSpec | ScriptJobSpec], list[tuple[str, str]]]) -> list[SpecProblem]:
     """What stops some trial of ``sweep`` from running, each naming the field: ``spec.<field>`` for the base spec,
-    ``space.<path>`` for a value of the space that makes a spec that cannot run. Empty: every trial can run."""
+    ``space.<path>`` for a value of the space that makes a spec that cannot run. ``key_problems``: what the caller's
+    key may not ask of a spec (queue, priority, protection), as (field, words). Empty: every trial can run."""
     base = trial_spec(sweep, params_of(sweep, 0), "check", 0)
     spec, found = _parse(base)
     if spec is not None:
-        found = spec_problems(spec, limits_of(spec))
-        if not any(p.loc == ("queue",) for p in found) and (why := queue_problem(spec.queue)):
-            found.append(SpecProblem(("queue",), why))
+        found = _checked(spec, limits_of, key_problems)
     out = [_located(sweep, p) for p in found]
     if out:
         return out
@@ -80,10 +79,18 @@ def problems(sweep: SweepSpec, limits_of: Callable[[JobSpec | ScriptJobSpec], Sp
             return [SpecProblem(("space", path), "args.<flag> paths need a base spec of kind script")]
         spec, found = _parse(set_path(base, path, value))
         if spec is not None:
-            found = spec_problems(spec, limits_of(spec))
+            found = _checked(spec, limits_of, key_problems)
         if found:
             return [SpecProblem(("space", path), f"value {value!r}: {p.field}: {p.msg}") for p in found]
     return []
+
+
+def _checked(spec: JobSpec | ScriptJobSpec, limits_of: Callable[[JobSpec | ScriptJobSpec], SpecLimits],
+             key_problems: Callable[[JobSpec | ScriptJobSpec], list[tuple[str, str]]]) -> list[SpecProblem]:
+    """As POST /v1/jobs checks a spec: what the host limits refuse, then what the key may not ask."""
+    found = spec_problems(spec, limits_of(spec))
+    seen = {p.loc for p in found}
+    return found + [SpecProblem((field,), why) for field, why in key_problems(spec) if (field,) not in seen]
 
 
 def _located(sweep: SweepSpec, problem: SpecProblem) -> SpecProblem:

@@ -45,16 +45,18 @@ def controller_pass(settings: Settings) -> None:
     ({"method": "random"}, "max_trials"),
     ({"max_concurrent_trials": 0}, "max_concurrent_trials"),
     ({"spec": mlp_spec(train={"global_batch_size": 0})}, "spec.train.global_batch_size"),
+    ({"spec": mlp_spec(priority=90)}, "spec.priority"),  # above what the key may ask
 ])
 def test_a_bad_sweep_is_refused_naming_the_field_and_makes_nothing(client: TestClient, settings: Settings,
                                                                    change: dict[str, Any], field: str) -> None:
-    resp = client.post("/v1/sweeps", json=grid_sweep(**change))
+    tenant = key_headers(client, "alice")
+    resp = client.post("/v1/sweeps", json=grid_sweep(**change), headers=tenant)
     assert resp.status_code == 422, resp.text
     fields = [e["field"] for e in resp.json()["errors"]]
     assert any(field in f for f in fields), fields
-    assert client.get("/v1/sweeps").json()["items"] == []
+    assert client.get("/v1/sweeps", headers=tenant).json()["items"] == []
     controller_pass(settings)
-    assert client.get("/v1/jobs").json()["items"] == []
+    assert client.get("/v1/jobs", headers=tenant).json()["items"] == []
 
 
 def test_trials_are_labelled_jobs_up_to_the_concurrency_and_cancel_stops_them(client: TestClient, settings: Settings) -> None:
