@@ -122,7 +122,9 @@ def _pause(session: Session, sweep: SweepSpec, name: str, t: _Trial) -> None:
     words = (f"sweep {name}: paused at rung {rung} ({sweep.asha.resource} {sweep.asha.resource_at(rung)}); "
              f"promoted if among the best 1/{eta}")
     if t.job[0] == Status.RUNNING.value:
-        stops.request_stop(session, row.job_id or "", reason=words, hold=words)
+        if not stops.request_stop(session, row.job_id or "", reason=words, hold=words):
+            # Another stop is in flight (a preemption): it puts the job back in line; the hold keeps it there.
+            stops.hold(session, row.job_id or "", words)
     elif t.job[0] == Status.QUEUED.value:
         stops.hold(session, row.job_id or "", words)
     else:
