@@ -141,6 +141,11 @@ def rows(results: dict[str, Any]) -> list[Row]:
                 out.append(("12 sweeps", f"{cfg['trials']} trials, {task}, on {cfg['hosts']}: {label}",
                             f"{_n(x['gpu_hours'], 2)} GPU-h, wall {_n(x['wall_h'], 2)} h; best {cfg['metric']} {_n(x['best'], 4)}",
                             f"{x['launches']} launches, {x['steps']:,} steps"))
+            if late := res.get("asha_late_start"):
+                out.append(("12 sweeps", f"{task}: ASHA, first rung at {late['min_resource']} steps, {late['rungs']} rungs "
+                            "(same curves)",
+                            f"GPU-hours {_r(late['gpu_hours full/asha'])} fewer; best {_n(100 * late['best gap'], 2)}% below",
+                            f"best {cfg['metric']} {_n(late['best'], 4)}"))
             corr = ", ".join(f"{k}: {_n(v, 2)}" for k, v in res["rung_rank_correlation"].items())
             out.append(("12 sweeps", f"{task}: ASHA against the full search", f"GPU-hours {_r(r['gpu_hours full/asha'])} fewer; "
                         f"best {_n(100 * r['best gap'], 2)}% below",

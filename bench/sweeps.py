@@ -34,15 +34,19 @@ CONFIG = {"trials": 27, "eta": 3, "rungs": 4, "min_resource": 30, "slots": 8, "h
           "goals": {"gpu_hours_ratio": 3.0, "best_within": 0.01}}
 # Two variants of the synthetic classification task: the harder one learns slowly (its early rungs say little
 # about the end), the easier one the slow tests use.
+# A second ASHA on the same curves, its first rung three times later (fewer, longer rungs): what the search
+# gives when the early rungs of the first say little about the end.
+LATE_START = {"min_resource": 90, "rungs": 3}
 TASKS = {"10 classes": {"samples": 4096, "features": 32, "classes": 10, "eval_samples": 2048},
          "4 classes": {"samples": 2048, "features": 16, "classes": 4, "eval_samples": 1024}}
 
 
-def sweep_spec(task: dict[str, Any] | None = None) -> SweepSpec:
+def sweep_spec(task: dict[str, Any] | None = None, min_resource: int | None = None, rungs: int | None = None) -> SweepSpec:
     return SweepSpec.model_validate({
         "name": "bench", "method": "asha", "metric": CONFIG["metric"], "mode": CONFIG["mode"], "max_trials": CONFIG["trials"],
         "max_concurrent_trials": CONFIG["slots"], "seed": CONFIG["seed"],
-        "asha": {"min_resource": CONFIG["min_resource"], "reduction_factor": CONFIG["eta"], "rungs": CONFIG["rungs"]},
+        "asha": {"min_resource": min_resource or CONFIG["min_resource"], "reduction_factor": CONFIG["eta"],
+                 "rungs": rungs or CONFIG["rungs"]},
         "space": {"train.lr": {"type": "loguniform", "low": 1e-4, "high": 0.3},
                   "model.args.hidden": {"type": "choice", "values": [16, 64, 256]}},
         "spec": {"name": "bench", "model": {"name": "mlp"}, "parallel": {"nproc_per_node": 1, "device": "cpu"},
@@ -145,8 +149,12 @@ def spearman(xs: list[float], ys: list[float]) -> float:
 def sweeps(ctx: Ctx) -> dict[str, Any]:
     out: dict[str, Any] = {"config": CONFIG, "tasks": {}}
     for name, task in (list(TASKS.items())[:1] if ctx.quick else TASKS.items()):
-        out["tasks"][name] = search(ctx.work / "sweeps" / name.replace(" ", "-"), sweep_spec(task))
-        out["tasks"][name]["data"] = task
+        res = out["tasks"][name] = search(ctx.work / "sweeps" / name.replace(" ", "-"), sweep_spec(task))
+        res["data"] = task
+        curves = [{int(k): v for k, v in res["curves"][str(n)].items()} for n in range(CONFIG["trials"])]
+        late = asha_search(curves, sweep_spec(task, **LATE_START))
+        res["asha_late_start"] = {**late, **LATE_START, "gpu_hours full/asha": res["full"]["gpu_hours"] / late["gpu_hours"],
+                                  "best gap": (res["full"]["best"] - late["best"]) / res["full"]["best"]}
     return out
 
 
