@@ -203,6 +203,10 @@ def _create(session: Session, redis: Redis, settings: Settings, sweep_row: Sweep
 
 def _submit(session: Session, redis: Redis, settings: Settings, sweep_row: Sweep, sweep: SweepSpec, row: SweepTrial) -> bool:
     raw = trial_spec(sweep, row.params, sweep_row.id, row.number)
+    status = session.exec(sa.select(Sweep.status).where(Sweep.id == sweep_row.id)).scalar_one()  # type: ignore[call-overload]
+    session.commit()
+    if status != "running":  # cancelled since this pass read it: no new job
+        return False
     try:
         spec = spec_from_dict(raw)
         sub = service.submit(session, redis, sweep_row.owner, spec, settings=settings,
