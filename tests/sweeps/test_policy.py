@@ -146,3 +146,20 @@ def test_asha_does_not_wait_for_stragglers() -> None:
     states = [TrialState(i, {0: float(i)}, 0, paused=True, ended=False) for i in range(3)]
     d = decide(states, eta=3, rungs=3, mode="min", all_created=False, free_slots=2)
     assert d.promote == [(0, 0)] and d.stop == []
+
+
+@given(st.lists(st.tuples(st.integers(1, 300), st.floats(0, 10, allow_nan=False)), min_size=1, max_size=40,
+                unique_by=lambda p: p[0]))
+def test_a_rung_reads_the_last_value_at_or_before_it_once_a_point_reached_it(points: list[tuple[int, float]]) -> None:
+    from jobs.sweeps.controller import rung_values
+
+    s = sweep(method="asha", max_trials=9, asha={"min_resource": 10, "reduction_factor": 3, "rungs": 4})
+    pts = sorted((step, 0, value) for step, value in points)
+    got = rung_values(pts, s)
+    last = pts[-1][0]
+    # Rungs are reached in order, and only those a point reached.
+    assert sorted(got) == [k for k in range(4) if s.asha is not None and s.asha.resource_at(k) <= last]
+    for k, value in got.items():
+        need = 10 * 3 ** k
+        before = [v for step, _, v in pts if step <= need]
+        assert value == (before[-1] if before else next(v for step, _, v in pts if step >= need))
