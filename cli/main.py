@@ -651,7 +651,8 @@ def keys_revoke(
     console.print(f"revoked {key_id}")
 
 
-# Last: the quota commands use the helpers above.
+# Last: the quota and sweep commands use the helpers above.
 from cli.quota import quota_app  # noqa: E402
 
 app.add_typer(quota_app, name="quota")
+from cli import sweep as _sweep  # noqa: E402,F401  (registers `torchyard sweep` and `torchyard sweeps` on the app)

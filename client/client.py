@@ -407,6 +407,22 @@ class Client:
                 return
             time.sleep(poll_interval)
 
+    def create_sweep(self, sweep: dict[str, Any], *, idempotency_key: str | None = None) -> dict[str, Any]:
+        """Start a sweep (POST /v1/sweeps); the answer is the sweep as a dict (its trials come as the controller
+        creates them). Raises InvalidRequest naming the field of a bad space, method or metric."""
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
+        return self._json("POST", "/v1/sweeps", json=sweep, headers=headers)
+
+    def sweep(self, sweep_id: str) -> dict[str, Any]:
+        """A sweep with its trials: parameters, state, rung, metric values, and the best trial so far."""
+        return self._json("GET", f"/v1/sweeps/{quote(sweep_id, safe='')}")
+
+    def list_sweeps(self, *, limit: int = 50) -> list[dict[str, Any]]:
+        return self._json("GET", "/v1/sweeps", params={"limit": limit})["items"]
+
+    def cancel_sweep(self, sweep_id: str) -> dict[str, Any]:
+        return self._json("POST", f"/v1/sweeps/{quote(sweep_id, safe='')}/cancel")
+
     def hosts(self) -> list[Host]:
         """The workers' hosts: GPUs (each with the job holding it, when the caller may see it) and CPU slots."""
         return [Host.model_validate(h) for h in self._json("GET", "/v1/hosts")["items"]]
