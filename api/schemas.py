@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StringConstraints
 
 from jobs import service
 from jobs.models import ApiKey, Job, MetricPoint
@@ -187,15 +187,15 @@ class KeyCreate(BaseModel):
         None, max_length=64,
         description="Queues the key may submit to, each one of TORCHYARD_QUEUES; omitted or null: all of them.",
     )
-    max_priority: int = Field(50, ge=0, le=100, description="The highest job priority the key may submit at.")
-    may_protect: bool = Field(False, description="Whether the key may submit jobs with preemptible: false.")
+    max_priority: StrictInt = Field(50, ge=0, le=100, description="The highest job priority the key may submit at.")
+    may_protect: StrictBool = Field(False, description="Whether the key may submit jobs with preemptible: false.")
 
 
 class QuotaIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    gpus: int | None = Field(None, ge=0, le=100_000, description="GPUs guaranteed to the owner; null: no limit.")
-    cpu_slots: int | None = Field(None, ge=0, le=1_000_000, description="CPU slots guaranteed to the owner; null: no limit.")
+    gpus: StrictInt | None = Field(None, ge=0, le=100_000, description="GPUs guaranteed to the owner; null: no limit.")
+    cpu_slots: StrictInt | None = Field(None, ge=0, le=1_000_000, description="CPU slots guaranteed to the owner; null: no limit.")
 
 
 class QuotaOut(BaseModel):

@@ -77,13 +77,13 @@ def test_hosts_lineage_finished_panels_and_spec_diff(services: Services, playwri
         assert run.returncode == 0 and "error" not in seen, f"{seen.get('error')}\n{run.stderr}\nscreenshots in {shots}"
         services.wait_status(client, held, {"succeeded", "cancelled", "failed"}, timeout_s=60)
 
-    # The job list: succeeded jobs full (the script job has no step count at all), the running one empty; no
-    # priority from this API yet, so a dash.
+    # The job list: succeeded jobs full (the script job has no step count at all), the running one empty; each
+    # job's priority (the default, 50).
     assert "Priority" in seen["headers"]
     assert seen["rows"]["catalog"]["pct"] == 100 and seen["rows"]["catalog"]["barWidth"] == "100%"
     assert seen["rows"]["script"]["pct"] == 100 and seen["rows"]["script"]["barWidth"] == "100%"
     assert seen["rows"]["held"]["pct"] == 0
-    assert seen["rows"]["catalog"]["priority"] == "–"
+    assert seen["rows"]["catalog"]["priority"] == "50"
     assert len(set(seen["barWidths"])) == 1, seen["barWidths"]  # "8/8" and "–" labels: bars of one width
 
     # Hosts: GPU 0 holds the waiting job, named, and links to it; GPU 1 is free; the CPU slots and last report shown.

@@ -39,7 +39,8 @@ await visit("views", async (page, cfg, result, step) => {
   await page.screenshot({ path: join(cfg.outDir, "hosts.png") });
 
   step("a finished script job's page");
-  // The service does not preempt yet: its job JSON gets the transition a preemption will write, to see it rendered.
+  // A preemption's transition, as the scheduler writes it, put into this job's JSON: how the page renders it is what
+  // is tested here (real preemptions: tests/priority), without a second job and a wait for its checkpoint.
   await page.route(`**/v1/jobs/${cfg.script}`, async (route) => {
     const job = await (await route.fetch()).json();
     job.transitions.splice(1, 0, { at: job.transitions[0].at, from_status: "running", to_status: "queued", attempt: 1,

@@ -61,7 +61,8 @@ log = logging.getLogger(__name__)
 EXAMPLES = int(os.environ.get("TORCHYARD_SCHEMATHESIS_EXAMPLES", "120"))
 STATEFUL_STEPS = int(os.environ.get("TORCHYARD_SCHEMATHESIS_STEPS", "80"))
 # What a rule the OpenAPI cannot state answers for data its schema admits (see the module's docstring).
-SEMANTIC = {("POST", "/v1/jobs"), ("POST", "/v1/keys"), ("POST", "/v1/code"), ("GET", "/v1/jobs/{job_id}/logs")}
+SEMANTIC = {("POST", "/v1/jobs"), ("POST", "/v1/keys"), ("POST", "/v1/code"), ("GET", "/v1/jobs/{job_id}/logs"),
+            ("POST", "/v1/sweeps")}  # a sweep's base spec and each trial's are checked as a job's spec is
 
 
 @dataclass
@@ -165,7 +166,7 @@ def rejected_unless_lax_scalars(ctx: Any, response: Any, case: schemathesis.Case
     try:
         return negative_data_rejection(ctx, response, case)
     except AcceptedNegativeData as failure:
-        lax = case.method == "POST" and case.path == "/v1/jobs" and "Incorrect type" in str(failure)
+        lax = case.method == "POST" and case.path in ("/v1/jobs", "/v1/sweeps") and "Incorrect type" in str(failure)
         if lax and isinstance(_at(case.body, str(failure)), (bool, int, float, str)):
             return None
         raise
