@@ -9,6 +9,7 @@ import os
 import shutil
 from pathlib import Path
 
+from trainer.atomic import write_atomic
 from trainer.spec import AnySpec
 from worker import run_dirs
 from worker.launch import ERROR_FILE, SPEC_FILE
@@ -44,13 +45,3 @@ def adopt_checkpoint(source: Path, checkpoints: Path) -> None:
             shutil.copytree(source, target)  # another filesystem: links are impossible
     write_atomic(checkpoints / "latest", source.name)
 
-
-def write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        exc.filename = exc.filename or str(path)  # a failed write() names no file; the job's error must
-        tmp.unlink(missing_ok=True)
-        raise
-    os.replace(tmp, path)
