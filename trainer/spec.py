@@ -26,7 +26,6 @@ user's own script from the code root under torchrun. ``AnySpec`` is the union,
 from __future__ import annotations
 
 import json
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path, PurePath
@@ -49,6 +48,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from trainer import catalog
 from trainer.env_rules import env_name_problem, name_problem
+from trainer.paths import data_file, resolve_entrypoint
 from trainer.requirements import MAX_REQUIREMENT_CHARS, MAX_REQUIREMENTS, requirement_problem
 from trainer.resume_args import template_problem
 from trainer.spec_messages import user_problems
@@ -246,7 +246,6 @@ class JobSpec(JobBase):
 
 # ---------------------------------------------------------------- script jobs
 
-MODULE_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
 CODE_PATTERN = r"^sha256:[0-9a-f]{64}$"
 
 ScriptArg = Annotated[str, StringConstraints(max_length=4096)]
@@ -377,15 +376,6 @@ def _args_problems(section: str, entry: catalog.CatalogEntry, args: dict[str, An
     return []
 
 
-def resolve_under(root: Path, relative: str) -> Path | None:
-    """``root/relative`` resolved (symlinks too) if it stays under root, else None."""
-    if not relative or "\x00" in relative or os.path.isabs(relative):
-        return None
-    root = root.resolve()
-    target = (root / relative).resolve()
-    return target if target == root or root in target.parents else None
-
-
 def spec_problems(spec: JobSpec | ScriptJobSpec, limits: SpecLimits | None = None) -> list[SpecProblem]:
     """Every reason this spec cannot run; empty when it can."""
     limits = limits or SpecLimits()
@@ -432,11 +422,10 @@ def spec_problems(spec: JobSpec | ScriptJobSpec, limits: SpecLimits | None = Non
             value = spec.data.args.get(name)
             if value is None:
                 continue
-            resolved = resolve_under(limits.data_dir, str(value))
-            if resolved is None:
-                problems.append(SpecProblem(("data", "args", name), f"{value!r} is outside the data root"))
-            elif not resolved.is_file():
-                problems.append(SpecProblem(("data", "args", name), f"{value!r} does not exist under the data root"))
+            try:
+                data_file(limits.data_dir, str(value))
+            except (ValueError, FileNotFoundError) as exc:
+                problems.append(SpecProblem(("data", "args", name), f"{value!r} {exc}"))
     return problems
 
 
@@ -608,88 +597,6 @@ def load_spec_file(path: str | Path, limits: SpecLimits | None = None) -> JobSpe
 
 
 # ---------------------------------------------------------------- script job checks
-
-
-@dataclass(frozen=True)
-class Entrypoint:
-    """A checked entrypoint: a .py file under the code root, or a module (``python -m``)."""
-
-    file: Path | None = None  # resolved, symlinks followed; run as ``FILE args``
-    module: str | None = None  # run as ``-m MODULE args``; ``file`` is set too when it lies under the code root
-
-
-def resolve_entrypoint(entrypoint: str, code_root: Path | None, allowed_modules: frozenset[str] = frozenset()) -> Entrypoint:
-    """Where an entrypoint points; raises ValueError saying why it cannot run.
-
-    An allow-list: a ``.py`` file or a dotted module that resolves inside ``code_root`` (the service's
-    code root, or a job's own unpacked code: the caller says which), or an installed module named
-    exactly in ``allowed_modules`` (TORCHYARD_SCRIPT_MODULES). Nothing is imported to decide.
-    Called at submission (API) and again at launch (worker), because the code may change in between."""
-    if "\x00" in entrypoint:
-        raise ValueError("contains a NUL character")
-    if entrypoint.endswith(".py"):
-        return Entrypoint(file=_resolve_script_file(entrypoint, code_root))
-    if not re.match(MODULE_PATTERN, entrypoint):
-        raise ValueError("must be a .py file under the code root or a dotted module name such as 'mypkg.train'")
-    in_root = _module_under_root(entrypoint, code_root) if code_root is not None else None
-    if in_root is not None:
-        return Entrypoint(module=entrypoint, file=in_root)
-    if entrypoint in allowed_modules:
-        return Entrypoint(module=entrypoint)
-    raise ValueError("no such module under the code root, and not an installed module this service allows "
-                     "(TORCHYARD_SCRIPT_MODULES); put your code in the code root")
-
-
-def _resolve_script_file(entrypoint: str, code_dir: Path | None) -> Path:
-    if code_dir is None:
-        raise ValueError("script files need a code root (TORCHYARD_CODE_DIR) on this service")
-    if ".." in PurePath(entrypoint).parts:
-        raise ValueError("'..' is not allowed; give a path under the code root")
-    relative = entrypoint
-    if os.path.isabs(entrypoint):
-        # An absolute path is fine when it names a file in the code root (as given or after resolving the root).
-        for root in (code_dir, code_dir.resolve()):
-            candidate = PurePath(entrypoint)
-            if candidate.is_relative_to(root) and candidate != PurePath(root):
-                relative = str(candidate.relative_to(root))
-                break
-        else:
-            raise ValueError("is outside the code root")
-    resolved = resolve_under(code_dir, relative)
-    if resolved is None:
-        raise ValueError("resolves outside the code root (a symlink pointing out of it?)")
-    if not resolved.is_file():
-        raise ValueError("no such file under the code root")
-    return resolved
-
-
-def _module_under_root(module: str, code_dir: Path) -> Path | None:
-    """The file ``python -m module`` runs from the code root, or None when the code root lacks it.
-
-    Every package ``__init__.py`` on the way runs too, so each must resolve under the root as well."""
-    parts = module.split(".")
-    root = code_dir.resolve()
-    for depth in range(1, len(parts)):
-        init = os.path.join(*parts[:depth], "__init__.py")
-        if os.path.lexists(root / init) and resolve_under(root, init) is None:
-            raise ValueError(f"{init} resolves outside the code root")
-    base = os.path.join(*parts)
-    for candidate in (base + ".py", os.path.join(base, "__main__.py")):
-        if not os.path.lexists(root / candidate):
-            continue
-        resolved = resolve_under(root, candidate)
-        if resolved is None:
-            raise ValueError(f"{candidate} resolves outside the code root (a symlink pointing out of it?)")
-        if os.path.isdir(root / base) and candidate.endswith("__main__.py"):
-            init = os.path.join(base, "__init__.py")
-            if os.path.lexists(root / init) and resolve_under(root, init) is None:
-                raise ValueError(f"{init} resolves outside the code root")
-        if resolved.is_file():
-            return resolved
-    if os.path.lexists(root / parts[0]) or os.path.lexists(root / f"{parts[0]}.py"):
-        # The top-level name is the code root's: an installed namesake must not be picked up instead.
-        raise ValueError(f"no module {module!r} under the code root")
-    return None
 
 
 def _entrypoint_words(why: str, spec: ScriptJobSpec) -> str:
