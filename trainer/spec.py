@@ -429,17 +429,13 @@ def spec_problems(spec: JobSpec | ScriptJobSpec, limits: SpecLimits | None = Non
     return problems
 
 
-def _model_arg(spec: JobSpec, name: str) -> Any:
-    defaults = {"gpt": catalog.GPTArgs, "mlp": catalog.MLPArgs}[spec.model.name]
-    return spec.model.args.get(name, defaults.model_fields[name].default)
-
-
 def model_parallel_problems(spec: JobSpec) -> list[SpecProblem]:
     """Meshes that cannot be built: pipeline stages that do not divide the blocks or the ranks, heads not divisible
     by the tensor-parallel ranks, a batch that does not split into the micro-batches."""
     p, t = spec.parallel, spec.train
     problems: list[SpecProblem] = []
     pp = p.pipeline
+    entry = catalog.MODELS.get(spec.model.name)  # plugins get neither kind of model parallelism
     if pp is not None and p.tensor > 1:
         problems.append(SpecProblem(("parallel", "tensor"), "pipeline and tensor parallelism together are not supported; use one"))
         return problems
@@ -451,19 +447,19 @@ def model_parallel_problems(spec: JobSpec) -> list[SpecProblem]:
                 problems.append(SpecProblem(("train", name), f"{'fp16' if name == 'precision' else 'true'} is not supported "
                                                              "with pipeline or tensor parallelism"))
     if pp is not None:
-        if spec.model.name not in ("gpt", "mlp"):
-            return [SpecProblem(("parallel", "pipeline"), f"pipeline parallelism supports gpt and mlp, not {spec.model.name!r}")]
-        layers_field = "n_layer" if spec.model.name == "gpt" else "layers"
-        layers = _model_arg(spec, layers_field)
+        if entry is None or entry.pipeline_blocks is None:
+            return [SpecProblem(("parallel", "pipeline"), f"pipeline parallelism supports {catalog.models_with('pipeline_blocks')}, "
+                                                          f"not {spec.model.name!r}")]
+        layers_field = entry.pipeline_blocks
+        layers = entry.arg(spec.model.args, layers_field)
         chunks = pp.stages * (2 if pp.schedule == "interleaved_1f1b" else 1)
         if isinstance(layers, int) and layers % chunks:
             problems.append(SpecProblem(("parallel", "pipeline", "stages"),
                                         f"{chunks} pipeline chunks ({pp.stages} stages"
                                         f"{' x 2 for interleaved_1f1b' if chunks != pp.stages else ''}) do not divide "
                                         f"model.args.{layers_field} = {layers}"))
-        if spec.model.name == "gpt" and _model_arg(spec, "tie_embeddings"):
-            problems.append(SpecProblem(("model", "args", "tie_embeddings"),
-                                        "must be false with a pipeline: the embedding and the head live on different stages"))
+        if entry.pipeline_rules is not None:
+            problems += [SpecProblem(loc, msg) for loc, msg in entry.pipeline_rules(spec.model.args)]
         if t.grad_accum_steps != 1:
             problems.append(SpecProblem(("train", "grad_accum_steps"),
                                         "must be 1 with a pipeline: its micro-batches (parallel.pipeline.microbatches) accumulate"))
@@ -484,11 +480,13 @@ def model_parallel_problems(spec: JobSpec) -> list[SpecProblem]:
                                                 f"global_batch_size {t.global_batch_size} is not divisible by data-parallel ranks "
                                                 f"x microbatches = {dp} x {pp.microbatches}"))
     if p.tensor > 1:
-        if spec.model.name != "gpt":
-            return problems + [SpecProblem(("parallel", "tensor"), f"tensor parallelism supports gpt, not {spec.model.name!r}")]
-        heads = _model_arg(spec, "n_head")
+        if entry is None or entry.tensor_heads is None:
+            return problems + [SpecProblem(("parallel", "tensor"), f"tensor parallelism supports {catalog.models_with('tensor_heads')}, "
+                                                                   f"not {spec.model.name!r}")]
+        heads = entry.arg(spec.model.args, entry.tensor_heads)
         if isinstance(heads, int) and heads % p.tensor:
-            problems.append(SpecProblem(("parallel", "tensor"), f"model.args.n_head = {heads} is not divisible by {p.tensor} ranks"))
+            problems.append(SpecProblem(("parallel", "tensor"), f"model.args.{entry.tensor_heads} = {heads} is not divisible by "
+                                                                f"{p.tensor} ranks"))
         if p.ranks_known and p.world_size % p.tensor:
             problems.append(SpecProblem(("parallel", "tensor"), f"{p.tensor} does not divide the world size {p.world_size}"))
         elif p.ranks_known and p.world_size > p.tensor and p.strategy != "fsdp":
@@ -541,39 +539,25 @@ def _variable_problems(section: str, variables: dict[str, str], rule: Any, total
 
 
 def _compatibility_problems(spec: JobSpec, model: catalog.CatalogEntry, data: catalog.CatalogEntry) -> list[SpecProblem]:
+    """The model against the dataset, from what their catalog entries say; then the model's own rules."""
     problems: list[SpecProblem] = []
-    data_task = data.task
-    if spec.data.name == "tensor-file":
-        data_task = spec.data.args.get("task", "classification")
+    data_task = data.arg(spec.data.args, data.task_arg) if data.task_arg else data.task
     if model.task != "any" and data_task != "any" and model.task != data_task:
         problems.append(SpecProblem(
             ("model", "name"), f"model {spec.model.name!r} trains on {model.task} data, dataset {spec.data.name!r} is {data_task}",
         ))
     if model.task == "any" and data_task == "lm" and model.input != "any":
         problems.append(SpecProblem(("model", "name"), f"model {spec.model.name!r} does not take token sequences; use gpt"))
-    image = spec.data.name == "synthetic-classification" and spec.data.args.get("image_size") is not None
-    if model.input == "image" and spec.data.name == "synthetic-classification" and not image:
-        problems.append(SpecProblem(("data", "args", "image_size"), f"model {spec.model.name!r} needs image inputs; set image_size"))
-    if model.input == "vector" and image:
-        problems.append(SpecProblem(("data", "args", "image_size"), f"model {spec.model.name!r} takes vectors; leave image_size unset"))
-    if spec.model.name == "gpt":
-        block = spec.model.args.get("block_size", catalog.GPTArgs.model_fields["block_size"].default)
-        seq = spec.data.args.get("seq_len", 64)
-        if isinstance(block, int) and isinstance(seq, int) and seq > block:
-            problems.append(SpecProblem(("data", "args", "seq_len"), f"{seq} exceeds the model's block_size {block}"))
-        n_embd = spec.model.args.get("n_embd", catalog.GPTArgs.model_fields["n_embd"].default)
-        n_head = spec.model.args.get("n_head", catalog.GPTArgs.model_fields["n_head"].default)
-        if isinstance(n_embd, int) and isinstance(n_head, int) and n_head and n_embd % n_head:
-            problems.append(SpecProblem(("model", "args", "n_embd"), f"{n_embd} is not divisible by n_head {n_head}"))
-    if spec.model.name == "vit":
-        dim = spec.model.args.get("dim", catalog.ViTArgs.model_fields["dim"].default)
-        heads = spec.model.args.get("heads", catalog.ViTArgs.model_fields["heads"].default)
-        if isinstance(dim, int) and isinstance(heads, int) and heads and dim % heads:
-            problems.append(SpecProblem(("model", "args", "dim"), f"{dim} is not divisible by heads {heads}"))
-        patch = spec.model.args.get("patch_size", catalog.ViTArgs.model_fields["patch_size"].default)
-        size = spec.data.args.get("image_size")
-        if isinstance(size, int) and isinstance(patch, int) and patch and size % patch:
-            problems.append(SpecProblem(("data", "args", "image_size"), f"{size} is not divisible by the model's patch_size {patch}"))
+    if data.image_arg is not None:
+        image = spec.data.args.get(data.image_arg) is not None
+        if model.input == "image" and not image:
+            problems.append(SpecProblem(("data", "args", data.image_arg), f"model {spec.model.name!r} needs image inputs; "
+                                                                          f"set {data.image_arg}"))
+        if model.input == "vector" and image:
+            problems.append(SpecProblem(("data", "args", data.image_arg), f"model {spec.model.name!r} takes vectors; "
+                                                                          f"leave {data.image_arg} unset"))
+    if model.rules is not None:
+        problems += [SpecProblem(loc, msg) for loc, msg in model.rules(spec.model.args, spec.data.args)]
     return problems
 
 
