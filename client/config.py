@@ -17,8 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainer.atomic import write_atomic
-
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10: the same parser, from PyPI
@@ -65,7 +63,12 @@ def write_config_file(path: Path, url: str, api_key: str) -> None:
     import tomli_w  # only `torchyard login` writes; the client library itself only reads
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, tomli_w.dumps({"url": url, "api_key": api_key}), mode=0o600)
+    # Not trainer.atomic: the client imports nothing of `trainer`, which a user's own trainer.py shadows.
+    tmp = path.with_name(f".{path.name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        tomli_w.dump({"url": url, "api_key": api_key}, f)
+    os.replace(tmp, path)
 
 
 def load_config(url: str | None = None, api_key: str | None = None, path: Path | None = None,
