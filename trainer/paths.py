@@ -31,11 +31,17 @@ def resolve_under(root: Path, relative: str) -> Path | None:
 def data_file(data_dir: Path, relative: str) -> Path:
     """The file ``relative`` names under the data root; ValueError or FileNotFoundError saying why not, worded to
     follow the quoted name ("'x.pt' is outside the data root")."""
-    path = resolve_under(data_dir, relative)
+    return _file_under(data_dir, relative, ValueError("is outside the data root"),
+                       FileNotFoundError("does not exist under the data root"))
+
+
+def _file_under(root: Path, relative: str, outside: Exception, missing: Exception) -> Path:
+    """The regular file ``relative`` names under ``root``; raises ``outside`` or ``missing`` otherwise."""
+    path = resolve_under(root, relative)
     if path is None:
-        raise ValueError("is outside the data root")
+        raise outside
     if not path.is_file():
-        raise FileNotFoundError("does not exist under the data root")
+        raise missing
     return path
 
 
@@ -84,12 +90,8 @@ def _resolve_script_file(entrypoint: str, code_dir: Path | None) -> Path:
                 break
         else:
             raise ValueError("is outside the code root")
-    resolved = resolve_under(code_dir, relative)
-    if resolved is None:
-        raise ValueError("resolves outside the code root (a symlink pointing out of it?)")
-    if not resolved.is_file():
-        raise ValueError("no such file under the code root")
-    return resolved
+    return _file_under(code_dir, relative, ValueError("resolves outside the code root (a symlink pointing out of it?)"),
+                       ValueError("no such file under the code root"))
 
 
 def _module_under_root(module: str, code_dir: Path) -> Path | None:
