@@ -180,7 +180,9 @@ class KeyCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     owner: str = Field(..., pattern=NAME_PATTERN, description="Tenant the key acts for; every job it submits belongs to it.")
-    name: str = Field(..., min_length=1, max_length=128, description="What the key is for, e.g. 'ci' or 'alice laptop'.")
+    # No control characters: PostgreSQL text refuses NUL, and a name is shown in tables and logs.
+    name: str = Field(..., min_length=1, max_length=128, pattern=r"^[^\x00-\x1f\x7f]+$",
+                      description="What the key is for, e.g. 'ci' or 'alice laptop'; no control characters.")
     queues: list[Annotated[str, StringConstraints(pattern=NAME_PATTERN)]] | None = Field(
         None, max_length=64,
         description="Queues the key may submit to, each one of TORCHYARD_QUEUES; omitted or null: all of them.",

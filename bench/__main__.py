@@ -33,6 +33,7 @@ from bench import (
     read_path,
     report,
     scheduler,
+    sweeps,
     tracking,
     training,
 )
@@ -54,6 +55,7 @@ SUITES: dict[str, Callable[[Ctx], dict[str, Any]]] = {
     "read_path": read_path.read_path,  # 10: wrk, torchyard vs a bare FastAPI app
     "scheduler": scheduler.scheduler,  # 11: the placement policy alone: one pass, and a trace replay against FIFO
     "queued_dispatch": queued_dispatch.queued_dispatch,  # 11c: POST -> running with 1,000 jobs queued, real service
+    "sweeps": sweeps.sweeps,  # 12: ASHA of 27 trials against all 27 to the end (measured curves, simulated hosts)
 }
 
 

@@ -132,6 +132,25 @@ def rows(results: dict[str, Any]) -> list[Row]:
                             f"high priority wait p50 {_n(x['high_p50_wait_h'], 2)} h, p99 {_n(x['high_p99_wait_h'], 2)} h; "
                             f"utilisation {_n(100 * x['utilisation'], 1)}% ({_n(100 * x['useful_utilisation'], 1)}% without lost work)",
                             f"Jain {_n(x['jain'], 3)}; {x['preemptions']} preemptions"))
+    if sw := results.get("sweeps"):
+        cfg = sw["config"]
+        for task, res in sw["tasks"].items():
+            r = res["ratios"]
+            for name, label in (("full", "all to the end"), ("asha", f"ASHA, eta {cfg['eta']}, {cfg['rungs']} rungs")):
+                x = res[name]
+                out.append(("12 sweeps", f"{cfg['trials']} trials, {task}, on {cfg['hosts']}: {label}",
+                            f"{_n(x['gpu_hours'], 2)} GPU-h, wall {_n(x['wall_h'], 2)} h; best {cfg['metric']} {_n(x['best'], 4)}",
+                            f"{x['launches']} launches, {x['steps']:,} steps"))
+            if late := res.get("asha_late_start"):
+                out.append(("12 sweeps", f"{task}: ASHA, first rung at {late['min_resource']} steps, {late['rungs']} rungs "
+                            "(same curves)",
+                            f"GPU-hours {_r(late['gpu_hours full/asha'])} fewer; best {_n(100 * late['best gap'], 2)}% below",
+                            f"best {cfg['metric']} {_n(late['best'], 4)}"))
+            corr = ", ".join(f"{k}: {_n(v, 2)}" for k, v in res["rung_rank_correlation"].items())
+            out.append(("12 sweeps", f"{task}: ASHA against the full search", f"GPU-hours {_r(r['gpu_hours full/asha'])} fewer; "
+                        f"best {_n(100 * r['best gap'], 2)}% below",
+                        f"goal >= {cfg['goals']['gpu_hours_ratio']}x, within {100 * cfg['goals']['best_within']:.0f}%; "
+                        f"pick ranks {res['asha_pick_rank_in_full']} of {cfg['trials']}; rank correlation with the end {corr}"))
     if k := results.get("code"):
         for kind, u in k["upload"].items():
             out.append(("7 your own code", f"50 MiB directory ({kind}), first submit --workdir",

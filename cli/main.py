@@ -47,6 +47,7 @@ from client import (
     NotFound,
     TorchyardError,
     Unauthorized,
+    left_out,
     load_config,
     load_spec,
 )
@@ -240,6 +241,8 @@ def submit(
     if workdir is not None:
         if spec.get("kind") != "script":
             raise _fail("--workdir runs a script job: the spec needs 'kind: script' and an entrypoint inside the directory", EXIT_USAGE)
+        for item in left_out.check(workdir, str(spec.get("entrypoint", ""))):
+            err.print(f"[yellow]warning:[/] {escape(item.message())}")
         bundle = client.upload_code(workdir)
         spec["code"] = bundle.digest
         if not (quiet or as_json):
@@ -426,7 +429,10 @@ def retry(
     if as_json and not follow_:
         _echo_json(_dump(job))
     elif not as_json:
-        console.print(f"retried {job_id} as [bold]{job.id}[/] ({job.name}), {status_markup(job.status)}")
+        # The service resumes from the old job's latest checkpoint still on disk (service.retry).
+        saved = [c for c in client.checkpoints(job_id) if c.available]
+        start = f"from its checkpoint at step {saved[-1].step}" if saved else "from scratch (it left no checkpoint)"
+        console.print(f"retried {job_id} as [bold]{job.id}[/] ({job.name}), {status_markup(job.status)}, {start}")
     if follow_:
         _follow_and_exit(client, job, as_json)
 
@@ -482,7 +488,8 @@ def artifacts(
                                                                        "current directory.", show_default=False)] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """List the files a job wrote under its artifacts/ directory (TensorBoard events, profiler traces), or download one."""
+    """List the files a job wrote under its artifacts/ directory (TensorBoard events, profiler traces) and, as workdir/PATH,
+    in its working directory (framework checkpoints and logs, outputs), or download one."""
     client = _settings(ctx).client()
     if get is not None:
         path = client.download_artifact(job_id, get, output if output is not None else Path(get).name)
@@ -597,10 +604,12 @@ def keys_create(
     owner: Annotated[str, typer.Option(help="Owner of the jobs submitted with this key.", show_default=False)],
     name: Annotated[str, typer.Option(help="What the key is for, e.g. 'ci' or 'alice-laptop'.", show_default=False)],
     queue: Annotated[list[str], typer.Option("--queue", help="A queue the key may submit to; repeat. Default: all.")] = [],  # noqa: B006
+    max_priority: Annotated[int, typer.Option(min=0, max=100, help="The highest job priority the key may submit at.")] = 50,
+    may_protect: Annotated[bool, typer.Option(help="May submit jobs with preemptible: false.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Create an API key; the secret is printed once."""
-    key = _settings(ctx).client().create_key(owner, name, queue or None)
+    key = _settings(ctx).client().create_key(owner, name, queue or None, max_priority=max_priority, may_protect=may_protect)
     if as_json:
         _echo_json(_dump(key))
         return
@@ -640,3 +649,10 @@ def keys_revoke(
         _echo_json({"id": key_id, "revoked": True})
         return
     console.print(f"revoked {key_id}")
+
+
+# Last: the quota and sweep commands use the helpers above.
+from cli.quota import quota_app  # noqa: E402
+
+app.add_typer(quota_app, name="quota")
+from cli import sweep as _sweep  # noqa: E402,F401  (registers `torchyard sweep` and `torchyard sweeps` on the app)

@@ -93,11 +93,12 @@ def duration(job: Job) -> str:
 
 def jobs_table(jobs: list[Job]) -> Table:
     table = Table(box=None, header_style="bold", pad_edge=False)
-    for col in ("ID", "NAME", "STATUS", "STEP", "LOSS", "ATTEMPT", "CREATED", "RAN"):
-        table.add_column(col, no_wrap=col in ("ID", "STATUS"))
+    for col in ("ID", "NAME", "STATUS", "PRI", "STEP", "LOSS", "ATTEMPT", "CREATED", "RAN"):
+        table.add_column(col, no_wrap=col in ("ID", "STATUS"), justify="right" if col == "PRI" else "left")
     for job in jobs:
         table.add_row(
-            job.id, Text(job.name), status_markup(job.status), progress_cell(job), fmt_metric(job.latest_metrics.get("train/loss")),
+            job.id, Text(job.name), status_markup(job.status), str(job.priority), progress_cell(job),
+            fmt_metric(job.latest_metrics.get("train/loss")),
             f"{job.attempt}/{job.max_attempts}" if job.max_attempts else str(job.attempt), fmt_age(job.created_at), duration(job),
         )
     return table
@@ -110,6 +111,14 @@ def job_panel(job: Job, checkpoints: list[Checkpoint] | None = None) -> Panel:
     facts.add_row("id", job.id)
     where = f"  (queue position {job.queue_position})" if job.queue_position is not None else ""
     facts.add_row("status", status_markup(job.status) + where)
+    if job.status == "queued" and job.waiting_reason:
+        facts.add_row("waiting", Text(job.waiting_reason))
+    elif job.stop_request:
+        facts.add_row("stopping", Text(f"{job.stop_request}; checkpointing, then back in line"))
+    facts.add_row("priority", str(job.priority) + ("" if job.preemptible else ", not preemptible")
+                  + (", on borrowed GPUs" if job.borrowed and job.status == "running" else ""))
+    for t in job.preemptions:
+        facts.add_row("preempted", Text(f"{t.get('at', '')[:19].replace('T', ' ')}  {t.get('reason', '')}"))
     facts.add_row("attempt", f"{job.attempt}/{job.max_attempts}" if job.max_attempts else str(job.attempt))
     facts.add_row("progress", progress_cell(job))
     facts.add_row(*spec_row(job.spec))

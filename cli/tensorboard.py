@@ -10,6 +10,8 @@ from pathlib import Path
 from client import Client
 
 TB_PREFIX = "tensorboard/"
+WORKDIR_PREFIX = "workdir/"  # a script job's working directory: where frameworks write their event files
+EVENT_FILE_MARK = "tfevents"
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
 
@@ -18,18 +20,30 @@ def run_name(job_id: str, name: str | None) -> str:
     return _UNSAFE.sub("_", f"{name}-{job_id}" if name else job_id)
 
 
+def local_path(artifact: str) -> Path | None:
+    """Where an artifact goes under the job's subdirectory: the SDK's artifacts/tensorboard/ files at its top, event
+    files the job wrote anywhere in its working directory under ``workdir/`` as they lay; None for anything else."""
+    if artifact.startswith(TB_PREFIX):
+        relative = Path(artifact[len(TB_PREFIX):])
+    elif artifact.startswith(WORKDIR_PREFIX) and EVENT_FILE_MARK in artifact.rsplit("/", 1)[-1]:
+        relative = Path(artifact)
+    else:
+        return None
+    if ".." in relative.parts or relative.is_absolute() or not relative.parts:
+        return None  # never written outside the logdir, whatever a server answers
+    return relative
+
+
 def download(client: Client, job_ids: list[str], logdir: Path) -> dict[str, list[Path]]:
-    """Each job's files under artifacts/tensorboard/ into ``logdir/<name>-<id>/``; what was written, per job id."""
+    """Each job's event files (local_path) into ``logdir/<name>-<id>/``; what was written, per job id."""
     written: dict[str, list[Path]] = {}
     for job_id in job_ids:
         job = client.job(job_id)
         target = logdir / run_name(job.id, job.name)
         written[job.id] = []
         for artifact in client.artifacts(job.id):
-            if artifact.path.startswith(TB_PREFIX):
-                relative = Path(artifact.path[len(TB_PREFIX):])
-                if ".." in relative.parts or relative.is_absolute():
-                    continue  # never written outside the logdir, whatever a server answers
+            relative = local_path(artifact.path)
+            if relative is not None:
                 written[job.id].append(client.download_artifact(job.id, artifact.path, target / relative))
     return written
 

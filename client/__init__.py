@@ -37,6 +37,7 @@ from client.models import (
     MetricEvent,
     MetricPoint,
     OtherEvent,
+    Quota,
     StatusEvent,
     expected_total_steps,
 )
@@ -45,6 +46,6 @@ from client.pack import PackError, pack
 __all__ = [
     "ACTIVE", "TERMINAL", "ApiError", "ApiKey", "Checkpoint", "CheckpointEvent", "Client", "ClientConfig", "CodeBundle",
     "ConfigError", "Conflict", "ConnectionFailed", "EndEvent", "Event", "Forbidden", "Host", "InvalidRequest", "Job", "JobError",
-    "JobPage", "MetricEvent", "MetricPoint", "NotFound", "OtherEvent", "PackError", "StatusEvent", "TorchyardError",
+    "JobPage", "MetricEvent", "MetricPoint", "NotFound", "OtherEvent", "PackError", "Quota", "StatusEvent", "TorchyardError",
     "Unauthorized", "expected_total_steps", "load_config", "load_spec", "pack",
 ]

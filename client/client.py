@@ -14,6 +14,7 @@ from urllib.parse import quote
 import httpx
 import yaml
 
+from client import left_out
 from client.config import ClientConfig, load_config
 from client.errors import ApiError, ConnectionFailed, NotFound, TorchyardError, error_from_response
 from client.models import (
@@ -29,6 +30,7 @@ from client.models import (
     JobPage,
     MetricEvent,
     MetricPoint,
+    Quota,
     StatusEvent,
     parse_event,
 )
@@ -117,6 +119,8 @@ class Client:
         if workdir is not None:
             if body.get("kind") != "script":
                 raise TorchyardError("--workdir / workdir= needs a 'kind: script' spec (its entrypoint runs from the directory)")
+            for item in left_out.check(workdir, str(body.get("entrypoint", ""))):
+                log.warning("%s", item.message())
             body["code"] = self.upload_code(workdir).digest
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
         return Job.model_validate(self._json("POST", "/v1/jobs", json=body, headers=headers))
@@ -403,17 +407,50 @@ class Client:
                 return
             time.sleep(poll_interval)
 
+    def create_sweep(self, sweep: dict[str, Any], *, idempotency_key: str | None = None) -> dict[str, Any]:
+        """Start a sweep (POST /v1/sweeps); the answer is the sweep as a dict (its trials come as the controller
+        creates them). Raises InvalidRequest naming the field of a bad space, method or metric."""
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
+        return self._json("POST", "/v1/sweeps", json=sweep, headers=headers)
+
+    def sweep(self, sweep_id: str) -> dict[str, Any]:
+        """A sweep with its trials: parameters, state, rung, metric values, and the best trial so far."""
+        return self._json("GET", f"/v1/sweeps/{quote(sweep_id, safe='')}")
+
+    def list_sweeps(self, *, limit: int = 50) -> list[dict[str, Any]]:
+        return self._json("GET", "/v1/sweeps", params={"limit": limit})["items"]
+
+    def cancel_sweep(self, sweep_id: str) -> dict[str, Any]:
+        return self._json("POST", f"/v1/sweeps/{quote(sweep_id, safe='')}/cancel")
+
     def hosts(self) -> list[Host]:
         """The workers' hosts: GPUs (each with the job holding it, when the caller may see it) and CPU slots."""
         return [Host.model_validate(h) for h in self._json("GET", "/v1/hosts")["items"]]
 
+    # ------------------------------------------------------------------ quotas
+
+    def quotas(self) -> list[Quota]:
+        """Every owner's quota and use (the admin), or the caller's own."""
+        return [Quota.model_validate(q) for q in self._json("GET", "/v1/quotas")["items"]]
+
+    def set_quota(self, owner: str, gpus: int | None = None, cpu_slots: int | None = None) -> Quota:
+        """Guarantee ``owner`` these GPUs and CPU slots (admin); None: no limit on that resource."""
+        return Quota.model_validate(self._json("PUT", f"/v1/quotas/{owner}", json={"gpus": gpus, "cpu_slots": cpu_slots}))
+
+    def delete_quota(self, owner: str) -> None:
+        self._request("DELETE", f"/v1/quotas/{owner}")
+
     # ------------------------------------------------------------------ keys (admin)
 
-    def create_key(self, owner: str, name: str, queues: list[str] | None = None) -> ApiKey:
-        """A new key for ``owner`` (limited to ``queues`` when given); the secret is in ``.key`` and is shown only this once."""
-        body: dict[str, Any] = {"owner": owner, "name": name}
+    def create_key(self, owner: str, name: str, queues: list[str] | None = None, *, max_priority: int | None = None,
+                   may_protect: bool = False) -> ApiKey:
+        """A new key for ``owner`` (limited to ``queues`` when given, submitting at most at ``max_priority``); the secret
+        is in ``.key`` and is shown only this once."""
+        body: dict[str, Any] = {"owner": owner, "name": name, "may_protect": may_protect}
         if queues is not None:
             body["queues"] = queues
+        if max_priority is not None:
+            body["max_priority"] = max_priority
         return ApiKey.model_validate(self._json("POST", "/v1/keys", json=body))
 
     def list_keys(self) -> list[ApiKey]:

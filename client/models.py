@@ -50,6 +50,18 @@ class Job(_Model):
     latest_metrics: dict[str, float] = Field(default_factory=dict)
     error: JobError | None = None
     queue_position: int | None = None
+    waiting_reason: str | None = None
+    priority: int = 50
+    preemptible: bool = True
+    borrowed: bool = False
+    stop_request: str | None = None
+    placement: list[dict[str, Any]] | None = None
+    transitions: list[dict[str, Any]] = Field(default_factory=list)  # job detail only
+
+    @property
+    def preemptions(self) -> list[dict[str, Any]]:
+        """The times the job was stopped to make room for another, oldest first (job detail only)."""
+        return [t for t in self.transitions if t.get("to_status") == "queued" and "preempted by job" in (t.get("reason") or "")]
 
     @property
     def terminal(self) -> bool:
@@ -114,6 +126,8 @@ class ApiKey(_Model):
     created_at: datetime | None = None
     revoked_at: datetime | None = None
     queues: list[str] | None = Field(None, description="Queues the key may submit to; None: all of them.")
+    max_priority: int | None = Field(None, description="The highest job priority the key may submit at.")
+    may_protect: bool = Field(False, description="Whether the key may submit jobs that cannot be preempted.")
 
 
 class HostGpu(_Model):
@@ -125,6 +139,17 @@ class HostGpu(_Model):
 class HostCpuSlots(_Model):
     total: int = 0
     used: int = 0
+
+
+class Quota(_Model):
+    """An owner's quota as ``GET /v1/quotas`` shows it: guaranteed devices (None: no limit) and what it holds now."""
+
+    owner: str
+    gpus: int | None = None
+    cpu_slots: int | None = None
+    gpus_used: int = 0
+    cpu_slots_used: int = 0
+    gpus_borrowed: int = 0
 
 
 class Host(_Model):

@@ -8,6 +8,7 @@ measured under the job's run directory inside ``TORCHYARD_RUNS_DIR`` without fol
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import stat
@@ -164,16 +165,14 @@ ARTIFACTS_DIR = "artifacts"
 MAX_LISTED = 10_000
 
 
-def list_artifacts(run_dir: Path, limit: int = MAX_LISTED) -> list[tuple[str, int, float]]:
-    """(path relative to ``artifacts/``, size, modified) of every regular file under the run's ``artifacts/``,
-    sorted by path, at most ``limit``. Symlinks (to files or directories) are neither listed nor followed, and files
-    with more than one hard link are not listed, so the listing never names anything ``open_artifact`` refuses."""
-    root = run_dir / ARTIFACTS_DIR
+def single_files(root: Path, skip_dirs: frozenset[str] = frozenset()) -> Iterator[tuple[str, os.stat_result]]:
+    """(path relative to ``root``, its lstat) of every regular file with one hard link below ``root``, in path order
+    per directory; symlinks are neither listed nor followed, nor is a ``root`` that is one. Only what ``open_under``
+    with ``single_link`` would open."""
     if root.is_symlink() or not root.is_dir():
-        return []
-    found: list[tuple[str, int, float]] = []
+        return
     for dirpath, dirs, files in os.walk(root, followlinks=False):
-        dirs.sort()
+        dirs[:] = sorted(d for d in dirs if d not in skip_dirs)
         for name in sorted(files):
             full = os.path.join(dirpath, name)
             try:
@@ -181,9 +180,14 @@ def list_artifacts(run_dir: Path, limit: int = MAX_LISTED) -> list[tuple[str, in
             except FileNotFoundError:  # deleted while we walked
                 continue
             if stat.S_ISREG(st.st_mode) and st.st_nlink == 1:
-                found.append((Path(full).relative_to(root).as_posix(), st.st_size, st.st_mtime))
-                if len(found) >= limit:
-                    return sorted(found)
+                yield Path(full).relative_to(root).as_posix(), st
+
+
+def list_artifacts(run_dir: Path, limit: int = MAX_LISTED) -> list[tuple[str, int, float]]:
+    """(path relative to ``artifacts/``, size, modified) of every regular file under the run's ``artifacts/``,
+    sorted by path, at most ``limit``. Symlinks (to files or directories) are neither listed nor followed, and files
+    with more than one hard link are not listed, so the listing never names anything ``open_artifact`` refuses."""
+    found = list(itertools.islice(((rel, st.st_size, st.st_mtime) for rel, st in single_files(run_dir / ARTIFACTS_DIR)), limit))
     return sorted(found)
 
 

@@ -309,3 +309,47 @@ class JobUid(SQLModel, table=True):
     attempt: int
     worker_id: str = Field(max_length=128)
     acquired_at: datetime = Field(default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False))
+
+
+class Sweep(SQLModel, table=True):
+    """A hyperparameter search (jobs/sweeps): its request as accepted, and what the controller made of it so far."""
+
+    __tablename__ = "sweeps"
+    __table_args__ = (sa.Index("ix_sweeps_owner_id", "owner", "id"), sa.Index("ix_sweeps_status", "status"),
+                      # Concurrent creations with one Idempotency-Key collide here: exactly one sweep is made.
+                      sa.UniqueConstraint("owner", "idempotency_key", name="uq_sweeps_owner_idempotency_key"))
+
+    id: str = Field(default_factory=new_job_id, primary_key=True, max_length=32)
+    owner: str = Field(max_length=64)
+    name: str = Field(max_length=64)
+    status: str = Field(default="running", max_length=16)  # running | succeeded | failed | cancelled
+    spec: dict[str, Any] = Field(sa_column=Column(JSON, nullable=False))
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False))
+    updated_at: datetime = Field(default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False))
+    finished_at: datetime | None = _ts()
+    best_trial: int | None = None
+    best_value: float | None = None
+    message: str | None = Field(default=None, sa_column=Column(sa.Text))
+    idempotency_key: str | None = Field(default=None, max_length=255)
+    request_hash: str | None = Field(default=None, max_length=64)
+
+
+class SweepTrial(SQLModel, table=True):
+    """One trial of a sweep: its parameters, its job, and its place in successive halving. ``allowed_rung`` only
+    grows, one guarded UPDATE per promotion, so a controller restarted mid-sweep promotes nothing twice."""
+
+    __tablename__ = "sweep_trials"
+
+    sweep_id: str = Field(foreign_key="sweeps.id", primary_key=True, max_length=32)
+    number: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
+    job_id: str | None = Field(default=None, max_length=32, index=True)
+    params: dict[str, Any] = Field(sa_column=Column(JSON, nullable=False))
+    # pending (no job yet) | running | paused | promoted | stopped | succeeded | failed | cancelled
+    state: str = Field(default="pending", max_length=16)
+    allowed_rung: int = 0
+    rung_values: dict[str, float] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    last_value: float | None = None
+    best_value: float | None = None
+    last_step: int | None = None
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False))
+    updated_at: datetime = Field(default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False))

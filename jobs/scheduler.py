@@ -41,6 +41,18 @@ NODE_TASK = "worker.supervisor.run_node"
 RESULT_TTL_S = 3600
 
 
+# A submission pushes here; the leader's loop waits on it instead of sleeping, so a pass follows a submission at once.
+NUDGE_KEY = "torchyard:scheduler:nudge"
+
+
+def nudge(redis: Redis) -> None:
+    """Ask for a pass now; without Redis the next timed pass (TORCHYARD_POLL_INTERVAL_S) places the job anyway."""
+    try:
+        redis.pipeline(transaction=False).lpush(NUDGE_KEY, 1).ltrim(NUDGE_KEY, 0, 0).expire(NUDGE_KEY, 60).execute()
+    except RedisError:
+        log.debug("scheduler: could not nudge; the next timed pass places the job")
+
+
 def host_queue(host_id: str) -> str:
     return f"host:{host_id}"
 
@@ -257,8 +269,23 @@ class SchedulerLoop(threading.Thread):
         self.reservations: tuple[Reservation, ...] = ()
 
     def run(self) -> None:
-        while not self.stopped.wait(self.interval_s):
-            self.step()
+        while not self.stopped.is_set():
+            self._wait()
+            if not self.stopped.is_set():
+                self.step()
+
+    def _wait(self) -> None:
+        """Until the next pass: a nudge (a submission) or the interval, whichever comes first. Only the leader
+        listens, so the nudge reaches the process that passes."""
+        deadline = time.monotonic() + self.interval_s
+        while self.leading and not self.stopped.is_set() and (left := deadline - time.monotonic()) > 0:
+            try:
+                # At most a second at a time, so that a stopped loop lets go of the connection (and of nudges) soon.
+                if self.redis.blpop([NUDGE_KEY], timeout=min(left, 1.0)) is not None:
+                    return
+            except RedisError:
+                break
+        self.stopped.wait(max(0.0, deadline - time.monotonic()))
 
     def step(self) -> None:
         """Take or renew the lease, and pass if it is ours. Called once before the loop starts, so the first

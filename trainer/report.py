@@ -75,7 +75,8 @@ def checkpoint(path: str | os.PathLike[str], step: int, *, epoch: int | None = N
     """Record a checkpoint the script has finished writing (call it after the save, not before).
 
     ``path`` is a file or directory; relative paths are taken from the working directory, which under
-    torchyard is the run directory. resume_path() returns the newest recorded one on a retry.
+    torchyard is the job's copy of its code inside the run directory (``workdir/``), kept across attempts.
+    resume_path() returns the newest recorded one on a retry.
     """
     _check_step(step)
     reserved = _RESERVED.intersection(details)

@@ -17,6 +17,7 @@ from jobs.queue import redis_client
 from jobs.reconciler import ReconcilerLoop
 from jobs.scheduler import SchedulerLoop
 from jobs.settings import get_settings
+from jobs.sweeps.controller import SweepLoop
 from trainer.pdeathsig import set_not_dumpable
 from worker.host import HostHeartbeat, inventory
 from worker.host_runner import HostRunner
@@ -59,6 +60,7 @@ def main(argv: list[str] | None = None) -> None:
     scheduler = SchedulerLoop(settings, holder=name, redis=redis)
     scheduler.step()
     scheduler.start()
+    SweepLoop(settings, holder=name, redis=redis).start()  # sweeps' trials, under a lease of their own
     def leave() -> None:
         scheduler.stop()
         host.stop()

@@ -4,7 +4,8 @@ Catalog jobs run ``-m trainer --spec ... --run-dir ...``; script jobs run the us
 entrypoint through ``-m trainer.rank_bootstrap CODE_ROOT file|module TARGET args...`` (parent-death
 signal, code root on sys.path, the run directory off it) under the same torchrun options, so
 lifecycle, logs, restarts and stopping are identical for both kinds. A script job's code root is
-its unpacked bundle (``runs/<id>/code``) when it has ``code``, else TORCHYARD_CODE_DIR; a job with
+its working directory (``runs/<id>/workdir``, a writable copy of its bundle or of its entry of
+TORCHYARD_CODE_DIR: worker/workdir.py), where its ranks also start (``working_dir``); a job with
 ``requirements`` runs torchrun and its ranks with the Python of its environment (worker/venvs.py).
 
 The ranks' environment is the worker's without torchyard's own settings (they carry service
@@ -21,14 +22,13 @@ from pathlib import Path
 
 from sqlmodel import Session
 
-from jobs import bundles
 from jobs import secrets as job_secrets
 from jobs.settings import Settings
 from trainer.env_rules import env_name_problem, name_problem
 from trainer.sinks.factory import MLFLOW_URI_ENV
 from trainer.spec import JobSpec, ScriptJobSpec, SpecError, SpecProblem, resolve_entrypoint
 from trainer.torchrun_args import launcher_flags, trainer_program
-from worker import venvs
+from worker import venvs, workdir
 from worker.processes import JOB_MARK, NODE_MARK
 
 log = logging.getLogger(__name__)
@@ -82,8 +82,15 @@ def torchrun_command(spec: JobSpec | ScriptJobSpec, run_dir: Path, attempt: int,
     launcher = [venvs.interpreter(settings, _requirements(spec)), "-m", "torch.distributed.run",
                 *launcher_flags(spec, topology, str(run_dir / "logs" / f"attempt-{attempt}"))]
     if isinstance(spec, ScriptJobSpec):
-        return launcher + script_program(spec, bundles.code_root(settings, spec, run_dir), frozenset(settings.script_modules))
+        # The entrypoint resolves in the job's working copy (worker/workdir.py), named relative to the code root.
+        in_copy = spec.model_copy(update={"entrypoint": workdir.entrypoint_in(settings, spec)})
+        return launcher + script_program(in_copy, workdir.code_root(settings, spec, run_dir), frozenset(settings.script_modules))
     return launcher + trainer_program(str(run_dir / SPEC_FILE), str(run_dir))
+
+
+def start_dir(spec: JobSpec | ScriptJobSpec, run_dir: Path, settings: Settings) -> Path:
+    """The working directory of torchrun and the ranks: a script's copy of its code, a catalog job's run directory."""
+    return workdir.working_dir(settings, spec, run_dir) if isinstance(spec, ScriptJobSpec) else run_dir
 
 
 def _requirements(spec: JobSpec | ScriptJobSpec) -> list[str]:
@@ -93,7 +100,7 @@ def _requirements(spec: JobSpec | ScriptJobSpec) -> list[str]:
 def script_program(spec: ScriptJobSpec, code_root: Path, allowed_modules: frozenset[str] = frozenset()) -> list[str]:
     """What torchrun runs for a script job: the rank bootstrap, told the code root and the resolved file or
     module, then the args verbatim. ``code_root`` is the service's code root, or the job's unpacked bundle
-    (``bundles.code_root``). A module under the code root goes with the file it resolved to: the bootstrap
+    (``workdir.code_root``). A module under the code root goes with the file it resolved to: the bootstrap
     runs it only if the module still resolves there, never an installed module of the same name."""
     try:
         entry = resolve_entrypoint(spec.entrypoint, code_root, allowed_modules)
@@ -124,9 +131,10 @@ def torchrun_env(job_id: str, attempt: int, run_dir: Path, settings: Settings,
                  gpus: tuple[int, ...] | None = None) -> dict[str, str]:
     """The environment of torchrun and every rank: the worker's without torchyard's service settings,
     the job's allow-listed ``env`` and its decrypted ``secrets`` (both checked again here: the policy may
-    have tightened since the job was accepted), ``PYTHONSAFEPATH=1`` (the run directory, the working
-    directory, stays off sys.path), and for script jobs the code root and ``resume_from`` (a retried
-    job's inherited checkpoint) for the SDK's resume_path(). The worker's own variables always win."""
+    have tightened since the job was accepted), ``PYTHONSAFEPATH=1`` (a script's working directory goes on
+    sys.path as its code root, through the bootstrap; the run directory never does), and for script jobs
+    the code root and ``resume_from`` (a retried job's inherited checkpoint) for the SDK's resume_path().
+    The worker's own variables always win."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHYARD_") or k in RANK_PASSTHROUGH}
     if spec is not None:
         for section, values, rule in (("env", spec.env, env_name_problem), ("secrets", secrets or {}, name_problem)):
@@ -137,7 +145,7 @@ def torchrun_env(job_id: str, attempt: int, run_dir: Path, settings: Settings,
                     log.warning("job %s: %s %s refused at launch", job_id, section, name, extra={"job_id": job_id})
     if isinstance(spec, ScriptJobSpec):
         # The bootstrap puts the code root on sys.path (its argument); this tells the script where it is.
-        env["TORCHYARD_CODE_DIR"] = str(bundles.code_root(settings, spec, run_dir).resolve())
+        env["TORCHYARD_CODE_DIR"] = str(workdir.code_root(settings, spec, run_dir).resolve())
         # After the tenant's env, so its requirements environment cannot be pointed elsewhere.
         env.update(venvs.env_vars(settings, spec.requirements, os.environ.get("PATH", os.defpath)))
         if resume_from:

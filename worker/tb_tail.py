@@ -6,6 +6,7 @@ somewhere under the working directory. Each file is read incrementally with tens
 (it keeps its place and leaves a half-written record for the next read); what one ``read`` returns is
 held until ``ack`` (the rows committed), so a database blip re-offers the same points instead of losing them.
 torchyard's own ``artifacts/tensorboard`` is skipped: it mirrors the SDK's metrics, which arrive through events.jsonl.
+So are event files the job was uploaded with and never changed (an old local run's): they are not this job's metrics.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from jobs.bundles import CODE_DIR_NAME
+from jobs.workdir_files import WORKDIR_NAME, Uploaded, read_manifest
 
 log = logging.getLogger(__name__)
 
@@ -112,10 +114,22 @@ class TensorBoardTail:
         self.pending: list[Point] = []
         self._next_scan = 0.0
         self.available = True
+        self._uploaded: Uploaded = {}
+
+    def _uploaded_unchanged(self, path: Path) -> bool:
+        """An event file the job was uploaded with, as it was: an old run's metrics, not this job's."""
+        try:
+            relative = path.relative_to(self.root / WORKDIR_NAME).as_posix()
+            st = os.lstat(path)
+        except (ValueError, OSError):
+            return False
+        if not self._uploaded:
+            self._uploaded = read_manifest(self.root)  # written once, before the ranks start
+        return self._uploaded.get(relative) == (st.st_size, st.st_mtime_ns)
 
     def _scan(self) -> None:
         for path in find_event_files(self.root):
-            if path in self.files or len(self.files) >= MAX_FILES:
+            if path in self.files or len(self.files) >= MAX_FILES or self._uploaded_unchanged(path):
                 continue
             try:
                 self.files[path] = _File(path)

@@ -157,6 +157,20 @@ def _pip_error(tail: str) -> str:
     return " ".join(errors) if errors else (tail.splitlines()[-1].strip() if tail.strip() else "no output")
 
 
+# What pip says when --only-binary=:all: leaves a requirement (or one of its dependencies) without a candidate.
+_NO_WHEEL = ("No matching distribution found", "Could not find a version that satisfies")
+ONLY_BINARY_SETTING = "TORCHYARD_REQUIREMENTS_ONLY_BINARY"
+
+
+def wheels_only_hint(message: str, only_binary: bool) -> str:
+    """pip's failure, plus, when wheels only may be the cause, the operator setting that allows source builds."""
+    if not only_binary or not any(words in message for words in _NO_WHEEL):
+        return message
+    return (f"{message} (this service installs requirements from wheels only; a package, or one of its dependencies, "
+            f"that publishes no wheel for this platform needs the operator to set {ONLY_BINARY_SETTING}=false, "
+            "which runs its build script on the worker)")
+
+
 def _build(settings: Settings, requirements: list[str], build: Path, log_file: Path, deadline: float,
            keep_going: Callable[[], bool]) -> None:
     _run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(build)], log_file, deadline, keep_going)
@@ -174,7 +188,10 @@ def _build(settings: Settings, requirements: list[str], build: Path, log_file: P
            "-c", str(constraints)]
     if settings.requirements_only_binary:
         cmd.append("--only-binary=:all:")
-    _run([*cmd, *canonical(requirements)], log_file, deadline, keep_going)
+    try:
+        _run([*cmd, *canonical(requirements)], log_file, deadline, keep_going)
+    except SetupFailed as exc:
+        raise SetupFailed(wheels_only_hint(str(exc), settings.requirements_only_binary), exc.log_tail) from None
     (build / READY).write_text(json.dumps({"requirements": canonical(requirements), "built_at": time.time()}))
 
 

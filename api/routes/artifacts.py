@@ -1,5 +1,7 @@
 """/v1/jobs/{id}/artifacts: list and download the files a job wrote under its run's ``artifacts/`` directory
-(TensorBoard event files, profiler traces, whatever a script saves there).
+(TensorBoard event files, profiler traces, whatever a script saves there), and those a script job wrote or changed
+in its working directory, listed as ``workdir/<path>`` (jobs/workdir_files.py; the uploaded files are not listed).
+A file under ``artifacts/workdir/`` is served before a working-directory file of the same path.
 
 Owner only, like every job route. A download is opened once with ``jobs.artifacts.open_under`` (no symlink
 followed at any component, regular files only) and served from that descriptor, so ``..``, absolute paths,
@@ -23,7 +25,7 @@ from api import ranges
 from api.auth import PrincipalDep
 from api.deps import SessionDep, SettingsDep
 from api.errors import responses
-from jobs import artifacts, service
+from jobs import artifacts, service, workdir_files
 
 router = APIRouter(prefix="/v1/jobs", tags=["artifacts"])
 
@@ -34,35 +36,46 @@ _FILE = {**ranges.file_responses("The file's bytes, with the media type its name
 
 
 class ArtifactOut(BaseModel):
-    path: str = Field(description="Relative to the run's artifacts/ directory; download it at /v1/jobs/{id}/artifacts/{path}.")
+    path: str = Field(description="Relative to the run's artifacts/ directory, or workdir/<path> for a file the job wrote or "
+                                  "changed in its working directory; download it at /v1/jobs/{id}/artifacts/{path}.")
     size_bytes: int
     modified: datetime
 
 
 class ArtifactList(BaseModel):
     items: list[ArtifactOut]
-    truncated: bool = Field(description=f"True when the directory holds more than {artifacts.MAX_LISTED} files and only the "
-                                        "first (by path) are listed.")
+    truncated: bool = Field(description=f"True when artifacts/ or the working directory holds more than {artifacts.MAX_LISTED} "
+                                        "files and only the first (by path) of each are listed.")
 
 
-@router.get("/{job_id}/artifacts", response_model=ArtifactList, summary="Files under the run's artifacts/ directory, by path")
+@router.get("/{job_id}/artifacts", response_model=ArtifactList,
+            summary="Files under the run's artifacts/ directory and those the job wrote in its working directory, by path")
 def list_artifacts(job_id: JobId, principal: PrincipalDep, session: SessionDep, settings: SettingsDep) -> ArtifactList:
     job = service.get_job(session, principal.owner, job_id)
-    found = artifacts.list_artifacts(artifacts.job_dir(settings, job.id), artifacts.MAX_LISTED + 1)
+    run_dir = artifacts.job_dir(settings, job.id)
+    found = artifacts.list_artifacts(run_dir, artifacts.MAX_LISTED + 1)
+    written = workdir_files.list_written(run_dir, artifacts.MAX_LISTED + 1)
+    truncated = len(found) > artifacts.MAX_LISTED or len(written) > artifacts.MAX_LISTED
+    merged = {p: (size, mtime) for p, size, mtime in written[:artifacts.MAX_LISTED]}
+    merged.update({p: (size, mtime) for p, size, mtime in found[:artifacts.MAX_LISTED]})  # artifacts/ wins, as served
     items = [ArtifactOut(path=p, size_bytes=size, modified=datetime.fromtimestamp(mtime, timezone.utc))
-             for p, size, mtime in found[:artifacts.MAX_LISTED]]
-    return ArtifactList(items=items, truncated=len(found) > artifacts.MAX_LISTED)
+             for p, (size, mtime) in sorted(merged.items())]
+    return ArtifactList(items=items, truncated=truncated)
 
 
 @router.get("/{job_id}/artifacts/{path:path}", response_class=StreamingResponse, responses=_FILE,
-            summary="Download one file of the run's artifacts/ directory")
+            summary="Download one file of the run's artifacts/ directory, or workdir/<path> the job wrote")
 def get_artifact(job_id: JobId, path: ArtifactPath, principal: PrincipalDep, session: SessionDep,
                  settings: SettingsDep, range_header: ranges.RangeHeader = None) -> StreamingResponse:
     job = service.get_job(session, principal.owner, job_id)
+    run_dir = artifacts.job_dir(settings, job.id)
     try:
-        f = artifacts.open_artifact(artifacts.job_dir(settings, job.id), path)
+        f = artifacts.open_artifact(run_dir, path)
     except FileNotFoundError:
-        raise service.FileUnavailable(f"job {job_id} has no artifact {path!r}") from None
+        try:
+            f = workdir_files.open_written(run_dir, path)
+        except FileNotFoundError:
+            raise service.FileUnavailable(f"job {job_id} has no artifact {path!r}") from None
     size = os.fstat(f.fileno()).st_size
     name = _SAFE_NAME.sub("_", path.rsplit("/", 1)[-1])
     media = mimetypes.guess_type(name)[0] if not name.endswith(".gz") else "application/gzip"

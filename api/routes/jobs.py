@@ -16,7 +16,7 @@ from api.deps import RedisDep, SessionDep, SettingsDep
 from api.errors import invalid, responses
 from api.job_reader import JobReader
 from api.schemas import CheckpointList, CheckpointOut, JobList, JobOut, MetricList, MetricOut
-from jobs import bundles, checkpoint_archive, cursors, service
+from jobs import bundles, checkpoint_archive, cursors, scheduler, service
 from jobs.models import Status
 from trainer.spec import LABEL_KEY_PATTERN, AnySpec, SpecError, SpecProblem, spec_problems
 
@@ -56,6 +56,8 @@ def submit_job(
     sub = service.submit(session, redis, principal.owner, spec, idempotency_key=idempotency_key, settings=settings)
     if sub.replayed:
         response.headers["Idempotent-Replayed"] = "true"
+    else:
+        scheduler.nudge(redis)
     return JobOut.detail(service.job_detail(session, redis, settings, principal.owner, sub.job.id))
 
 
@@ -135,6 +137,7 @@ def retry_job(job_id: JobId, principal: PrincipalDep, session: SessionDep, redis
     if problems:
         raise SpecError(problems)
     job = service.retry(session, redis, principal.owner, job_id, settings.max_queued_per_owner)  # a new queued job
+    scheduler.nudge(redis)
     return JobOut.detail(service.job_detail(session, redis, settings, principal.owner, job.id))
 
 

@@ -8,6 +8,7 @@ import { $ } from "./dom.js";
 import { openHosts } from "./hosts.js";
 import { openJob, wireJobButtons } from "./job-view.js";
 import { openJobs } from "./jobs-list.js";
+import { destroySweeps, openSweeps } from "./sweep.js";
 import { show, view } from "./view.js";
 
 let viewAbort = null;
@@ -30,6 +31,7 @@ function route() {
   const signal = viewAbort.signal;
   destroyCharts();
   destroyCompare();
+  destroySweeps();
   if (!hasKey()) {
     show("login-view");
     $("key-input").focus();
@@ -40,6 +42,10 @@ function route() {
   if (job) openJob(job[1], gen, signal);
   else if (compare) openCompare(compare[1].split(",").filter(Boolean), gen, signal);
   else if (/^#\/hosts\/?$/.test(location.hash)) openHosts(gen, signal);
+  else if (location.hash.startsWith("#/sweeps")) {
+    show("sweeps-view");
+    openSweeps(location.hash, gen, signal);
+  }
   else openJobs(gen, signal);
 }
 

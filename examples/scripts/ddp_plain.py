@@ -5,8 +5,8 @@ It uses nothing of torchyard: run it by hand or as a `kind: script` job, unchang
     torchrun --standalone --nproc-per-node=2 examples/scripts/ddp_plain.py 4 1
 
 Under torchyard its output lands in the job's rank logs, its exit code decides the job's
-status, and since it runs in the job's run directory, `snapshot.pt` survives a retry and
-the retried attempt resumes from it.
+status, and since it runs in the job's working directory (its copy of the code, kept across
+attempts), `snapshot.pt` survives a retry and the retried attempt resumes from it.
 """
 
 import argparse

@@ -92,6 +92,9 @@ def test_a_finished_script_job_in_status_and_download(services: Services) -> Non
     assert f"job {job_id} is a script job: its checkpoints hold what its script saved" in said, out
     assert f"step 50 is {run_dir}/ckpt/step-50.pt on the runs volume" in said and "the final checkpoint of a finished job" not in said
 
+    code, out = cli(services, "retry", job_id)  # a retry says where it starts
+    assert code == 0 and f"retried {job_id} as" in out and "from its checkpoint at step 50" in " ".join(out.split()), out
+
 
 def test_the_launcher_log_of_a_cancelled_job_folds_the_expected_traceback(services: Services) -> None:
     services.start_api()

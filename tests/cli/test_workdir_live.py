@@ -58,7 +58,8 @@ def test_plain_ddp_script_from_a_workdir_runs_and_its_output_is_the_default_log(
     assert (run_code / "ddp_plain.py").read_bytes() == (work / "ddp_plain.py").read_bytes()
     assert not (run_code / "old.ckpt").exists() and not (run_code / ".git").exists()
     assert stat.S_IMODE(run_code.stat().st_mode) == 0o555 and stat.S_IMODE((run_code / "ddp_plain.py").stat().st_mode) == 0o444
-    assert (Path(job.run_dir or "") / "snapshot.pt").is_file()  # the working directory is still the run directory
+    # It started in its writable copy of the bundle, where the tutorial's relative snapshot.pt landed.
+    assert (Path(job.run_dir or "") / "workdir" / "snapshot.pt").is_file() and not (run_code / "snapshot.pt").exists()
 
     # The same directory again is not uploaded again.
     code, out = cli(live, "submit", str(spec), "--workdir", str(work), "--json")
@@ -91,7 +92,7 @@ def test_requirements_install_once_and_a_failed_install_is_a_setup_error(live: S
             log = client.logs(job_id)
             assert "[rank 0] first 42 with torch 2.13.0" in log, log
             assert f"[rank 0] python {venvs}" in log  # the ranks ran in the job's environment
-            run_code = Path(client.job(job_id).run_dir or "").resolve() / "code"
+            run_code = Path(client.job(job_id).run_dir or "").resolve() / "workdir"  # the job's writable copy of the bundle
             assert f"[rank 0] mylib from the bundle root code dir {run_code}" in log, log
         failed = client.wait(bad.id, timeout=300, poll_interval=0.5)
     assert failed.status == "failed" and failed.error is not None
@@ -102,3 +103,4 @@ def test_requirements_install_once_and_a_failed_install_is_a_setup_error(live: S
     built = [p for p in venvs.iterdir() if p.is_dir() and not p.is_symlink()]
     assert len(built) == 1 and len([p for p in venvs.iterdir() if p.is_symlink()]) == 1
     assert not list(live.settings.runs_dir.glob("*/.code-*"))  # unpacking leaves no temporary copy behind
+    assert not list(live.settings.runs_dir.glob("*/.workdir-*"))  # nor does copying it into the working directory

@@ -125,3 +125,22 @@ def test_without_the_lease_a_pass_writes_nothing(client: TestClient, settings: S
     with session_of(settings) as s:
         leader.release(s, leader.SCHEDULER, "other")
         assert leader.hold(s, leader.SCHEDULER, LEADER, settings.lease_ttl_s)  # a released lease is taken at once
+
+
+def test_a_submission_wakes_the_leader_instead_of_waiting_for_its_next_pass(client: TestClient, settings: Settings) -> None:  # noqa: F811
+    from jobs.scheduler import SchedulerLoop
+    from tests.helpers import wait_until
+
+    (settings.code_dir / "train.py").write_text("pass\n")
+    _host(settings, "gpu-a", 2)
+    loop = SchedulerLoop(settings, LEADER, Redis.from_url(settings.redis_url), interval_s=60)  # a pass a minute at most
+    loop.step()  # takes the lease, passes over an empty queue
+    assert loop.leading
+    loop.start()
+    try:
+        job_id = _submit(client, 1)
+        # Placed long before the minute is up: the API nudged the leader.
+        wait_until(lambda: _job(settings, job_id).status == "running", 20, what="the job to be placed")
+    finally:
+        loop.stop()
+        loop.join(5)

@@ -46,7 +46,8 @@ seen = {
         "TORCHYARD_JOB_ID", "TORCHYARD_ATTEMPT", "TORCHYARD_RUN_DIR", "TORCHYARD_CODE_DIR", "TORCHYARD_DATA_DIR",
         "TORCHYARD_RESUME_FROM")),
     "sibling": sibling.NAME,
-    "cwd_on_path": os.getcwd() in sys.path or "" in sys.path,
+    "run_dir_on_path": os.environ["TORCHYARD_RUN_DIR"] in sys.path or "" in sys.path,
+    "cwd": os.getcwd(),
     "pdeathsig": sig.value,
     "launcher_service_settings": sorted({line.split("=")[0] for line in launcher_env.split("\\0")
                                          if line.startswith(("TORCHYARD_DATABASE_URL", "TORCHYARD_ADMIN_TOKEN",

@@ -255,7 +255,7 @@ def attack(isolated: Isolated) -> dict[str, Any]:
         # B ran the whole time A attacked it: on the same host as A when the scheduler packed them there (the case
         # that matters most), on the other one otherwise.
         assert _wait(bob, victim, {"running"})["status"] == "running"
-        got = json.loads((Path(done["run_dir"]) / "attack.json").read_text())
+        got = json.loads((Path(done["run_dir"]) / "workdir" / "attack.json").read_text())
         # The service still reads what the job wrote, through its group: events into SQL, logs through the API.
         metrics = alice.get(f"/v1/jobs/{attacker}/metrics").json()["items"]
         logs = alice.get(f"/v1/jobs/{attacker}/logs")
@@ -290,7 +290,7 @@ def test_each_job_runs_under_its_own_uid_and_owns_its_run_directory(attack: dict
     assert stat.S_IMODE((runs / ".bundles").stat().st_mode) == 0o700
     assert stat.S_IMODE((runs / ".venvs").stat().st_mode) == 0o755
     # What the job wrote stays readable by the service, through the group.
-    report = Path(attack["attacker_dir"]) / "attack.json"
+    report = Path(attack["attacker_dir"]) / "workdir" / "attack.json"
     assert report.stat().st_gid == SERVICE_UID and report.stat().st_mode & 0o040
     assert [(m["name"], m["value"]) for m in attack["metrics"]] == [("train/loss", 0.25)], attack["metrics"]
     assert attack["logs"][0] == 200 and "attack done" in attack["logs"][1], attack["logs"]
@@ -302,7 +302,7 @@ def test_nothing_outlives_its_attempt(isolated: Isolated) -> None:
         job = _wait(carol, job_id, {"succeeded", "failed"})
         ended = time.monotonic()
         assert job["status"] == "succeeded", job.get("error")
-        uid = int((Path(job["run_dir"]) / "uid.txt").read_text())
+        uid = int((Path(job["run_dir"]) / "workdir" / "uid.txt").read_text())
         assert JOB_UIDS[0] <= uid <= JOB_UIDS[1]
 
         wait_until(lambda: not _live_processes(uid), 5, interval_s=0.02, what=f"no process of uid {uid}")
@@ -312,5 +312,8 @@ def test_nothing_outlives_its_attempt(isolated: Isolated) -> None:
         log.info("uid %d: none of its processes left %.3fs after the job was seen succeeded; worker: %s", uid, took, measured[-1:])
         assert measured, "the worker says how long the kill took"
         # A file the job closed to everyone else is the service's to serve once the attempt is over.
-        served = carol.get(f"/v1/jobs/{job_id}/artifacts/private.bin")
+        # Its working directory is its uid's, and what it wrote there is served from it as workdir/ artifacts.
+        copy = Path(job["run_dir"]) / "workdir"
+        assert (copy.stat().st_uid, copy.stat().st_gid) == (uid, SERVICE_UID)
+        served = carol.get(f"/v1/jobs/{job_id}/artifacts/workdir/artifacts/private.bin")
         assert (served.status_code, served.content) == (200, b"weights"), served.text

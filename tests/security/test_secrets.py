@@ -122,13 +122,15 @@ def test_secrets_reach_the_ranks_and_nothing_else(live: Live, short_api: str) ->
 
         job = wait_done(sam, job_id)
         assert job["status"] == "succeeded", job["error"]
-        seen = json.loads((Path(job["run_dir"]) / "seen.json").read_text())
+        seen = json.loads((Path(job["run_dir"]) / "workdir" / "seen.json").read_text())
         assert seen["secret_digests"] == {k: hashlib.sha256(v.encode()).hexdigest() for k, v in values.items()}
         assert seen["env"] == {"APP_MODE": "probe", "NCCL_DEBUG": "WARN"}
         # No database URL, admin token, Redis URL or secrets key in the ranks' environment, nor in torchrun's.
         assert seen["service_settings"] == [] and seen["launcher_service_settings"] == []
-        # Rank processes: siblings import from the code root, the run directory is off sys.path, the parent-death signal is set.
-        assert (seen["sibling"], seen["cwd_on_path"], seen["pdeathsig"]) == ("sibling module", False, signal.SIGKILL)
+        # Rank processes: siblings import from the code root, the run directory is off sys.path, the parent-death signal is set,
+        # and they start in the job's own copy of its code.
+        assert (seen["sibling"], seen["run_dir_on_path"], seen["pdeathsig"]) == ("sibling module", False, signal.SIGKILL)
+        assert seen["cwd"] == str(Path(job["run_dir"]).resolve() / "workdir")
 
         # A retry of the finished job runs with the same secrets, never shown either.
         retried = sam.post(f"/v1/jobs/{job_id}/retry")
@@ -136,7 +138,7 @@ def test_secrets_reach_the_ranks_and_nothing_else(live: Live, short_api: str) ->
         assert retried.json()["secrets"] == ["HF_TOKEN", "WANDB_API_KEY"]
         again = wait_done(sam, retried.json()["id"])
         assert again["status"] == "succeeded", again["error"]
-        seen_again = json.loads((Path(again["run_dir"]) / "seen.json").read_text())
+        seen_again = json.loads((Path(again["run_dir"]) / "workdir" / "seen.json").read_text())
         assert seen_again["secret_digests"] == seen["secret_digests"]
 
         served = {**everything_served(sam, job_id), **{f"retry {k}": v for k, v in everything_served(sam, again["id"]).items()}}

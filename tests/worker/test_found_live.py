@@ -109,4 +109,4 @@ def test_unchanged_script_metrics_checkpoints_and_resume_after_a_worker_kill(ser
             assert sorted(tar.getnames()) == ["checkpoint-41/pytorch_model.bin", "checkpoint-41/trainer_state.json"]
         final = client.get(f"/v1/jobs/{job_id}/checkpoints/40/weights")
         assert final.status_code == 200
-        assert final.content == (run_dir / "lightning_logs/version_0/checkpoints/epoch=0-step=40.ckpt").read_bytes()
+        assert final.content == (run_dir / "workdir/lightning_logs/version_0/checkpoints/epoch=0-step=40.ckpt").read_bytes()

@@ -5,13 +5,13 @@ Runs where Lightning is installed (the ``test`` extra pins it)."""
 
 from __future__ import annotations
 
-import os
 import textwrap
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import ROOT, Services, wait_until
+from tests.helpers import Services
+from tests.worker.frameworks import checkpoints, killed_and_resumed, rank_logs, ranks_path
 
 pytestmark = pytest.mark.slow
 
@@ -57,37 +57,18 @@ def database_url(sqlite_url: str) -> str:
 
 
 def test_lightning_script_unchanged_metrics_checkpoints_and_resume(services: Services) -> None:
-    lightning = pytest.importorskip("lightning.pytorch")
-    site = str(Path(lightning.__file__).resolve().parents[2])  # where Lightning is installed, for the ranks
-    (services.settings.code_dir / "train.py").write_text(SCRIPT)
-    services.start_api()
-    first = services.start_worker(PYTHONPATH=os.pathsep.join([str(ROOT), site]))
-    spec = {"kind": "script", "name": "lit", "entrypoint": "train.py", "args": ["--epochs", "6"],
-            "parallel": {"nproc_per_node": 2}, "resume_args": ["--ckpt_path", "{checkpoint}"]}
-    with services.client() as client:
-        created = client.post("/v1/jobs", json=spec)
-        assert created.status_code == 201, created.text
-        job_id = created.json()["id"]
-
-        def saved() -> list[dict]:
-            return client.get(f"/v1/jobs/{job_id}/checkpoints").json()["items"]
-
-        wait_until(lambda: any(c["step"] >= 2 * STEPS_PER_EPOCH for c in saved()), 240, what="two epochs' checkpoints")
-        services.kill_worker(first)
-        services.start_worker(PYTHONPATH=os.pathsep.join([str(ROOT), site]))
-        job = services.wait_status(client, job_id, {"succeeded", "failed", "cancelled"}, timeout_s=300)
-        assert job["status"] == "succeeded", job["error"]
-        assert job["attempt"] == 2
-        run_dir = Path(job["run_dir"])
-        second = "\n".join(f.read_text(errors="replace") for f in (run_dir / "logs" / "attempt-2").rglob("*.log"))
+    lightning = pytest.importorskip("lightning")
+    spec = {"name": "lit", "args": ["--epochs", "6"], "resume_args": ["--ckpt_path", "{checkpoint}"]}
+    with killed_and_resumed(services, SCRIPT, spec, 2 * STEPS_PER_EPOCH, ranks_path(lightning)) as (client, job):
+        job_id = job["id"]
+        second = rank_logs(Path(job["run_dir"]), 2)
         assert "Restoring states from the checkpoint path at" in second  # Lightning's own resume, from --ckpt_path
         assert job["attempts"][-1]["resumed_from_step"] >= 2 * STEPS_PER_EPOCH
-        assert job["transitions"][-1]["reason"] == "torchrun exited 0"  # one process group of 2: no warning
 
         total = 6 * STEPS_PER_EPOCH
         points = client.get(f"/v1/jobs/{job_id}/metrics", params={"name": "train_loss"}).json()["items"]
         assert points and max(p["step"] for p in points) >= total - 2  # Lightning logs every 2nd step
-        steps = [c["step"] for c in saved()]
+        steps = [c["step"] for c in checkpoints(client, job_id)]
         assert total in steps and all(s % STEPS_PER_EPOCH == 0 for s in steps)
         final = client.get(f"/v1/jobs/{job_id}/checkpoints/{total}/weights")
         assert final.status_code == 200 and len(final.content) > 0

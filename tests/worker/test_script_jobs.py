@@ -72,7 +72,7 @@ def test_sdk_script_reports_metrics_and_checkpoints_and_resumes_on_retry(service
         checkpoints = client.get(f"/v1/jobs/{job_id}/checkpoints").json()["items"]
         assert [c["step"] for c in checkpoints] == [8, 16, 24, 32]
         assert all(Path(c["path"]).is_file() for c in checkpoints)
-        assert Path(checkpoints[-1]["path"]) == run_dir / "snapshots" / "epoch_0004.pt"
+        assert Path(checkpoints[-1]["path"]) == run_dir / "workdir" / "snapshots" / "epoch_0004.pt"  # relative to its copy
 
     # The retry resumed rather than starting over: no step was ever reported twice, and seq kept increasing.
     events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
@@ -98,7 +98,7 @@ def test_plain_script_runs_unchanged_and_its_exit_code_decides(services: Service
         run_dir = Path(job["run_dir"])
         logs = rank_logs(run_dir, 1)
         assert "[rank 0] Epoch 1" in logs and "[rank 1] Epoch 1" in logs  # both ranks' output captured
-        assert (run_dir / "snapshot.pt").is_file()  # relative paths land in the run directory
+        assert (run_dir / "workdir" / "snapshot.pt").is_file()  # relative paths land in the job's copy of its code
         assert client.get(f"/v1/jobs/{job['id']}/metrics").json()["items"] == []  # it reports nothing, and needs not
 
         failed = services.wait_status(client, bad.json()["id"], {"succeeded", "failed", "cancelled"}, timeout_s=240)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from jobs.settings import Settings
 from worker import processes
 from worker.executors.base import LAUNCHER_LOG, Launch, LaunchError, LaunchRequest, Phase, RankState
-from worker.launch import torchrun_command, torchrun_env
+from worker.launch import start_dir, torchrun_command, torchrun_env
 
 
 @dataclass
@@ -42,7 +42,8 @@ class LocalExecutor:
         if request.identity is not None:
             env["HOME"] = str(request.run_dir.resolve())  # the worker's home is not the job's
         try:
-            proc = processes.spawn(command, env, cwd=request.run_dir, log_path=launcher_log, identity=request.identity)
+            proc = processes.spawn(command, env, cwd=start_dir(request.spec, request.run_dir, self.settings), log_path=launcher_log,
+                                   identity=request.identity)
         except (OSError, subprocess.SubprocessError) as exc:
             # Becoming the job's uid failed (a worker without the capabilities it had at start?): no retry helps here.
             raise LaunchError(f"could not start the ranks: {exc}", transient=False) from exc

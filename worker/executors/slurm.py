@@ -34,7 +34,7 @@ from jobs.settings import Settings
 from manifests.launch import DEFAULT_RDZV_PORT, default_gpus
 from manifests.slurm import Allocation, directives, rendezvous
 from worker.executors.base import LAUNCHER_LOG, EngineReason, Launch, LaunchError, LaunchRequest, Phase, RankState
-from worker.launch import torchrun_command, torchrun_env
+from worker.launch import start_dir, torchrun_command, torchrun_env
 from worker.processes import JOB_MARK, NODE_MARK
 
 log = logging.getLogger(__name__)
@@ -130,7 +130,7 @@ class SlurmExecutor:
         request.log_dir.mkdir(parents=True, exist_ok=True)
         script = request.log_dir / BATCH_SCRIPT
         script.write_text(self.batch_script(request), encoding="utf-8")
-        command = [self._bin("sbatch"), "--parsable", "--export=ALL", f"--chdir={request.run_dir}",
+        command = [self._bin("sbatch"), "--parsable", "--export=ALL", f"--chdir={start_dir(request.spec, request.run_dir, self.settings)}",
                    f"--output={request.log_dir / SLURM_OUTPUT}"]
         if self.settings.slurm_partition:
             command.append(f"--partition={self.settings.slurm_partition}")

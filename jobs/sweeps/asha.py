@@ -1,0 +1,70 @@
+"""Asynchronous successive halving (ASHA; Li et al., "A System for Massively Parallel Hyperparameter Tuning",
+MLSys 2020), as one pure function of the trials' state.
+
+Rung k is the resource ``min_resource * eta**k``. A trial runs until the rung it is allowed to reach, records
+its metric there and pauses. A paused trial at rung k is promoted (allowed rung k+1) when it is among the best
+``floor(n_k / eta)`` of the ``n_k`` trials that reached rung k and fewer than that many were promoted from
+rung k already: no rung waits for stragglers. Once every trial of the sweep has been created and has reached
+rung k or ended, rung k is final: its best ``max(1, floor(n_k / eta))`` go on (so a sweep always trains at
+least one trial to the last rung) and the other paused trials there are stopped early.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from jobs.sweeps.spec import rank_key
+
+
+@dataclass(frozen=True)
+class TrialState:
+    number: int
+    rung_values: dict[int, float]  # rung -> the metric the trial had there
+    allowed: int  # the highest rung it may train to
+    paused: bool  # waiting at rung ``allowed`` for a decision
+    ended: bool  # finished, failed, cancelled or stopped: will reach no further rung
+
+
+@dataclass(frozen=True)
+class Decision:
+    promote: list[tuple[int, int]] = field(default_factory=list)  # (trial, from rung): it may now reach rung+1
+    stop: list[int] = field(default_factory=list)  # paused trials that go no further
+
+
+def quota(reached: int, eta: int, final: bool) -> int:
+    """How many of the ``reached`` trials at a rung may go on."""
+    share = reached // eta
+    return max(1, share) if final and reached > 0 else share
+
+
+def decide(trials: Sequence[TrialState], *, eta: int, rungs: int, mode: str, all_created: bool,
+           free_slots: int) -> Decision:
+    """Promotions (at most ``free_slots`` of them, the highest rung first as in the paper: those trials are closest
+    to done) and early stops, for the trials as they stand."""
+    decision = Decision()
+    slots = free_slots
+    for rung in range(rungs - 2, -1, -1):  # the last rung promotes nowhere
+        reached = [t for t in trials if rung in t.rung_values]
+        if not reached:
+            continue
+        # Final: no trial can still arrive at this rung.
+        final = all_created and all(rung in t.rung_values or t.ended for t in trials)
+        share = quota(len(reached), eta, final)
+        room = share - sum(1 for t in reached if t.allowed > rung)
+        # Once final, a trial that ended at this rung without going on takes no place among the best.
+        pool = [t for t in reached if not (final and t.ended and t.allowed <= rung)]
+        top = sorted(pool, key=lambda t: (rank_key(mode, t.rung_values[rung]), t.number))[:share]
+        placed: set[int] = set()  # promoted now, or once a slot frees: either way the place is theirs
+        for trial in top:
+            if len(placed) >= room:
+                break
+            if trial.paused and trial.allowed == rung and not trial.ended:
+                placed.add(trial.number)
+                if slots > 0:
+                    decision.promote.append((trial.number, rung))
+                    slots -= 1
+        if final:
+            decision.stop.extend(t.number for t in reached
+                                 if t.paused and t.allowed == rung and not t.ended and t.number not in placed)
+    return decision

@@ -1,0 +1,65 @@
+"""What the live framework tests share: an unchanged script put in the code root, run as a 2-rank CPU job, the
+worker SIGKILLed once the framework has saved, a new worker that resumes it through ``resume_args``, and the
+job's metrics, checkpoints and downloads read back through the API."""
+
+from __future__ import annotations
+
+import io
+import os
+import tarfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import httpx
+
+from tests.helpers import ROOT, Services, wait_until
+
+
+def ranks_path(*modules: ModuleType) -> str:
+    """PYTHONPATH for the worker's ranks: torchyard, then where each framework is installed."""
+    sites = [str(Path(m.__file__ or "").resolve().parents[m.__name__.count(".") + 1]) for m in modules]
+    return os.pathsep.join(dict.fromkeys([str(ROOT), *sites]))
+
+
+def rank_logs(run_dir: Path, attempt: int) -> str:
+    return "\n".join(f.read_text(errors="replace") for f in sorted((run_dir / "logs" / f"attempt-{attempt}").rglob("*.log")))
+
+
+def checkpoints(client: httpx.Client, job_id: str) -> list[dict[str, Any]]:
+    return client.get(f"/v1/jobs/{job_id}/checkpoints").json()["items"]
+
+
+@contextmanager
+def killed_and_resumed(services: Services, script: str, spec: dict[str, Any], saved_step: int, pythonpath: str,
+                       timeout_s: float = 300) -> Iterator[tuple[httpx.Client, dict[str, Any]]]:
+    """Run ``script`` (as ``train.py``) under ``spec``; once a checkpoint of at least ``saved_step`` is listed, SIGKILL
+    the worker and start another. Yields an API client and the finished job, asserted succeeded on attempt 2."""
+    (services.settings.code_dir / "train.py").write_text(script)
+    services.start_api()
+    first = services.start_worker(PYTHONPATH=pythonpath)
+    with services.client() as client:
+        created = client.post("/v1/jobs", json={"kind": "script", "entrypoint": "train.py",
+                                                "parallel": {"nproc_per_node": 2}, **spec})
+        assert created.status_code == 201, created.text
+        job_id = created.json()["id"]
+        wait_until(lambda: any(c["step"] >= saved_step for c in checkpoints(client, job_id)), timeout_s,
+                   what=f"a checkpoint at step {saved_step}")
+        services.kill_worker(first)
+        services.start_worker(PYTHONPATH=pythonpath)
+        job = services.wait_status(client, job_id, {"succeeded", "failed", "cancelled"}, timeout_s=timeout_s)
+        logs = rank_logs(Path(job["run_dir"]), job["attempt"]) if job.get("run_dir") else ""
+        assert job["status"] == "succeeded", (job["error"], logs[-3000:])
+        assert job["attempt"] == 2
+        assert job["transitions"][-1]["reason"] == "torchrun exited 0"  # one process group of 2: no warning
+        yield client, job
+
+
+def archive_names(client: httpx.Client, job_id: str, step: int) -> list[str]:
+    """The member names of a directory checkpoint downloaded as one tar."""
+    got = client.get(f"/v1/jobs/{job_id}/checkpoints/{step}/archive")
+    assert got.status_code == 200, got.text
+    with tarfile.open(fileobj=io.BytesIO(got.content)) as tar:
+        return tar.getnames()
