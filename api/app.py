@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 import dashboard
-from api import errors, methods, read_pool
+from api import errors, methods
 from api.auth import Principal
 from api.job_reader import JobReader
 from api.key_cache import KeyCache
@@ -55,7 +55,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.engine = get_engine(settings.database_url)
     app.state.redis = redis_client(settings.redis_url)
-    app.state.job_reader = JobReader(settings.database_url, app.state.engine, pool_size=read_pool.THREADS)
+    app.state.job_reader = JobReader(settings.database_url, app.state.engine, pool_size=settings.read_threads)
     app.state.stream_slots = StreamSlots(settings.max_streams_per_owner)
     app.state.key_cache = KeyCache[Principal](settings.key_cache_s)
     registry, latency = make_registry(app.state.engine, app.state.redis)

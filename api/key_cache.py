@@ -14,6 +14,8 @@ import threading
 import time
 from typing import Generic, TypeVar
 
+from cachetools import TTLCache
+
 T = TypeVar("T")
 _MAX_ENTRIES = 10_000
 
@@ -22,32 +24,33 @@ class KeyCache(Generic[T]):
     def __init__(self, ttl_s: float):
         self.ttl_s = ttl_s
         self._salt = secrets.token_bytes(16)
-        self._entries: dict[bytes, tuple[float, str, T]] = {}  # digest -> (expires at, key id, value)
-        self._lock = threading.Lock()
+        # digest -> (key id, value). Full: expired entries go first, then the least recently used.
+        self._entries: TTLCache[bytes, tuple[str, T]] | None = (
+            TTLCache(maxsize=_MAX_ENTRIES, ttl=ttl_s, timer=time.monotonic) if ttl_s > 0 else None)
+        self._lock = threading.Lock()  # TTLCache is not thread-safe, and every read may expire entries
 
     def _digest(self, token: str) -> bytes:
         return hashlib.blake2b(token.encode(), key=self._salt, digest_size=20).digest()
 
     def get(self, token: str) -> T | None:
-        if self.ttl_s <= 0:
+        if self._entries is None:
             return None
-        entry = self._entries.get(self._digest(token))
-        if entry is None or entry[0] <= time.monotonic():
-            return None
-        return entry[2]
+        digest = self._digest(token)
+        with self._lock:
+            entry = self._entries.get(digest)
+        return None if entry is None else entry[1]
 
     def put(self, token: str, key_id: str, value: T) -> None:
-        if self.ttl_s <= 0:
+        if self._entries is None:
             return
+        digest = self._digest(token)
         with self._lock:
-            if len(self._entries) >= _MAX_ENTRIES:
-                now = time.monotonic()
-                self._entries = {d: e for d, e in self._entries.items() if e[0] > now}
-                if len(self._entries) >= _MAX_ENTRIES:
-                    self._entries.clear()  # many live keys at once: start over rather than grow without bound
-            self._entries[self._digest(token)] = (time.monotonic() + self.ttl_s, key_id, value)
+            self._entries[digest] = (key_id, value)
 
     def forget(self, key_id: str) -> None:
         """Drop every entry of ``key_id`` (revoked here): its next request asks SQL."""
+        if self._entries is None:
+            return
         with self._lock:
-            self._entries = {d: e for d, e in self._entries.items() if e[1] != key_id}
+            for digest in [d for d, (owner, _) in self._entries.items() if owner == key_id]:
+                self._entries.pop(digest, None)

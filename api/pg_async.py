@@ -1,20 +1,20 @@
 """A few psycopg async connections for the hot reads of one API process (api.job_reader).
 
 Awaited in the event loop, a read costs no hop to a thread and back and no GIL contention with the read pool's
-threads. No pre-ping: a connection the database dropped (a restart) fails its statement and is discarded; the
-caller tries once more on a new one. At most ``size`` are open; a read beyond them waits for one to be returned.
+threads. psycopg_pool's AsyncConnectionPool without a ``check``: no pre-ping; a connection the database dropped
+(a restart) fails its statement, is discarded on return, and the caller tries once more on a new one. At most
+``size`` are open; a read beyond them waits for one to be returned.
 """
 
 from __future__ import annotations
 
-import asyncio
-import collections
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager, suppress
+from contextlib import asynccontextmanager
 from typing import Any
 
 import psycopg
 import sqlalchemy as sa
+from psycopg_pool import AsyncConnectionPool
 
 
 def conninfo(database_url: str) -> str:
@@ -24,66 +24,22 @@ def conninfo(database_url: str) -> str:
 
 class AsyncPool:
     def __init__(self, database_url: str, size: int, connect_args: dict[str, Any]):
-        self._conninfo, self._size, self._connect_args = conninfo(database_url), size, connect_args
-        self._idle: list[psycopg.AsyncConnection[Any]] = []
-        self._open = 0
-        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+        # Opened at the first read, in the event loop that serves it; none opened ahead of a read (min_size 0).
+        # A read waits for a connection no longer than one connect may take, so a database that is down answers 503
+        # about as soon as a connect to it fails.
+        self._pool = AsyncConnectionPool(
+            conninfo(database_url), kwargs={"autocommit": True, **connect_args}, min_size=0, max_size=size, open=False,
+            timeout=float(connect_args.get("connect_timeout") or 10), name="job-detail")
+        self._opened = False
 
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-        conn = await self._acquire()
-        try:
+        if not self._opened:
+            await self._pool.open(wait=False)
+            self._opened = True
+        async with self._pool.connection() as conn:
             yield conn
-        except psycopg.OperationalError:
-            await self._discard(conn)  # lost or unusable: the next read opens a new one
-            raise
-        except BaseException:
-            if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-                await self._discard(conn)
-            else:
-                self._release(conn)
-            raise
-        else:
-            self._release(conn)
-
-    async def _acquire(self) -> psycopg.AsyncConnection[Any]:
-        while True:
-            while self._idle:
-                conn = self._idle.pop()
-                if not conn.closed:
-                    return conn
-                self._open -= 1
-            if self._open < self._size:
-                self._open += 1
-                try:
-                    return await psycopg.AsyncConnection.connect(self._conninfo, autocommit=True, **self._connect_args)
-                except BaseException:
-                    self._open -= 1
-                    self._wake()
-                    raise
-            waiter = asyncio.get_running_loop().create_future()
-            self._waiters.append(waiter)
-            await waiter
-
-    def _release(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        self._idle.append(conn)
-        self._wake()
-
-    async def _discard(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        self._open -= 1
-        self._wake()
-        with suppress(psycopg.Error):
-            await conn.close()
-
-    def _wake(self) -> None:
-        while self._waiters:
-            waiter = self._waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(None)
-                return
 
     async def close(self) -> None:
-        idle, self._idle = self._idle, []
-        for conn in idle:
-            self._open -= 1
-            await conn.close()
+        if self._opened:
+            await self._pool.close()

@@ -63,6 +63,7 @@ def write_config_file(path: Path, url: str, api_key: str) -> None:
     import tomli_w  # only `torchyard login` writes; the client library itself only reads
 
     path.parent.mkdir(parents=True, exist_ok=True)
+    # Not trainer.atomic: the client imports nothing of `trainer`, which a user's own trainer.py shadows.
     tmp = path.with_name(f".{path.name}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "wb") as f:

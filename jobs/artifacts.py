@@ -17,8 +17,8 @@ from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
 from jobs.settings import Settings
+from trainer.paths import resolve_under
 from trainer.rank_output import find_rank_dir
-from trainer.spec import resolve_under
 
 log = logging.getLogger(__name__)
 

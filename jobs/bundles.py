@@ -44,7 +44,8 @@ from pathlib import Path
 
 from jobs.bundle_check import BundleRefused, BundleTooLarge, check_members, parts_of
 from jobs.settings import Settings
-from trainer.spec import JobSpec, ScriptJobSpec, SpecError, SpecLimits, SpecProblem, resolve_under
+from trainer.paths import resolve_under
+from trainer.spec import JobSpec, ScriptJobSpec, SpecError, SpecLimits, SpecProblem
 
 log = logging.getLogger(__name__)
 

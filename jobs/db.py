@@ -23,6 +23,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Engine
 
 from jobs import models  # noqa: F401  (registers the tables on SQLModel.metadata)
+from jobs.settings import get_settings
 
 log = logging.getLogger(__name__)
 
@@ -71,8 +72,6 @@ def sqlite_connect(url: str) -> sqlite3.Connection:
 def _postgres_timeouts() -> dict[str, Any]:
     """Connect and statement timeouts and TCP keepalives: a database gone silent (a partition, a host that froze)
     raises within seconds instead of blocking a supervisor whose ranks train on without a lease."""
-    from jobs.settings import get_settings
-
     s = get_settings()
     args: dict[str, Any] = {
         "connect_timeout": s.db_connect_timeout_s, "keepalives": 1, "keepalives_idle": s.db_keepalive_idle_s,
@@ -169,8 +168,6 @@ def init_db(engine: Engine) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from jobs.settings import get_settings
-
     parser = argparse.ArgumentParser(prog="python -m jobs.db", description="Manage the torchyard database schema.")
     parser.add_argument("action", choices=["upgrade", "current"], help="upgrade: migrate to head; current: print the revision")
     args = parser.parse_args(argv)

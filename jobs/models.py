@@ -13,6 +13,8 @@ import sqlalchemy as sa
 from sqlalchemy.types import TypeDecorator
 from sqlmodel import JSON, Column, Field, SQLModel
 
+from jobs.settings import get_settings
+
 
 def utcnow() -> datetime:
     """This host's UTC time; skewed by TORCHYARD_CLOCK_OFFSET_S (a test's stand-in for a host whose clock is off).
@@ -22,8 +24,6 @@ def utcnow() -> datetime:
 
 @functools.lru_cache(maxsize=1)
 def _clock_offset() -> timedelta:
-    from jobs.settings import get_settings  # settings import nothing of the tables; resolved at first use
-
     return timedelta(seconds=get_settings().clock_offset_s)
 
 

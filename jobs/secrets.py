@@ -13,31 +13,15 @@ import hmac
 import json
 
 import sqlalchemy as sa
-from cryptography.fernet import Fernet, InvalidToken, MultiFernet
+from cryptography.fernet import InvalidToken, MultiFernet
 from sqlmodel import Session
 
 from jobs.models import JobSecret
-from jobs.settings import Settings
+from jobs.settings import Settings, fernet_from
 
 
 class SecretsUnavailable(RuntimeError):
     """This process cannot decrypt a job's secrets: no key, or not the key they were stored under."""
-
-
-def fernet_from(keys: str) -> MultiFernet:
-    """The cipher of a comma-separated key list; ValueError (never quoting a key) when one is malformed."""
-    parts = [k.strip() for k in keys.split(",") if k.strip()]
-    if not parts:
-        raise ValueError("TORCHYARD_SECRETS_KEY is empty")
-    ciphers = []
-    for i, key in enumerate(parts):
-        try:
-            ciphers.append(Fernet(key))
-        except ValueError:
-            raise ValueError(f"TORCHYARD_SECRETS_KEY: key {i + 1} is not a Fernet key (32 url-safe base64-encoded bytes; "
-                             "make one with: python -c 'from cryptography.fernet import Fernet; print(Fernet.generate_key().decode())')"
-                             ) from None
-    return MultiFernet(ciphers)
 
 
 def _cipher(settings: Settings) -> MultiFernet:

@@ -8,6 +8,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
 
+from cryptography.fernet import Fernet, MultiFernet
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
@@ -20,6 +21,22 @@ SBATCH_ALLOWED_OPTIONS = frozenset({
     "--exclusive", "--comment", "--wckey", "--licenses", "--tmp", "--nice", "--hint", "--switches", "--cluster-constraint",
     "--gpu-bind", "--gpu-freq", "--cpu-freq", "--network", "--core-spec", "--prefer", "--mail-type", "--mail-user",
 })
+
+
+def fernet_from(keys: str) -> MultiFernet:
+    """The cipher of a comma-separated key list; ValueError (never quoting a key) when one is malformed."""
+    parts = [k.strip() for k in keys.split(",") if k.strip()]
+    if not parts:
+        raise ValueError("TORCHYARD_SECRETS_KEY is empty")
+    ciphers = []
+    for i, key in enumerate(parts):
+        try:
+            ciphers.append(Fernet(key))
+        except ValueError:
+            raise ValueError(f"TORCHYARD_SECRETS_KEY: key {i + 1} is not a Fernet key (32 url-safe base64-encoded bytes; "
+                             "make one with: python -c 'from cryptography.fernet import Fernet; print(Fernet.generate_key().decode())')"
+                             ) from None
+    return MultiFernet(ciphers)
 
 
 class Settings(BaseSettings):
@@ -112,6 +129,8 @@ class Settings(BaseSettings):
         5.0, ge=0, le=300, description="How long an API process trusts a tenant key it has verified without asking SQL again: a "
         "key revoked through another API process stops working within this bound (at once in the process that revoked it). "
         "0 asks SQL on every request.")
+    read_threads: int = Field(4, ge=1, le=256, description=(
+        "Threads that run the hot read routes (GET /v1/jobs/{id}) and, on PostgreSQL, the async connections they use."))
     sse_poll_interval_s: float = Field(0.5, gt=0, le=60, description="How often event and log streams poll SQL and files.")
     log_format: Literal["json", "text"] = Field("json", description="json: one object per line with job_id and request_id.")
 
@@ -189,8 +208,6 @@ class Settings(BaseSettings):
     def _valid_fernet_keys(cls, value: SecretStr | None) -> SecretStr | None:
         if value is None or not value.get_secret_value().strip():
             return None
-        from jobs.secrets import fernet_from  # cryptography only where secrets are configured
-
         fernet_from(value.get_secret_value())  # raises ValueError naming the problem, never the key
         return value
 

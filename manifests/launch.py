@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass
 
 from trainer.spec import JobSpec
+from trainer.torchrun_args import launcher_flags, trainer_program
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
 # An Indexed Job's pod hostname is "<job>-<index>" and must stay a DNS label (63); the spec
@@ -89,17 +90,5 @@ def slurm_time(seconds: int) -> str:
 
 def torchrun(spec: JobSpec, spec_path: str, run_dir: str, rendezvous: list[str]) -> list[str]:
     """torchrun for one node. ``rendezvous`` is ``["--standalone"]`` on one node, or how the nodes meet."""
-    p = spec.parallel
-    return [
-        "torchrun",
-        *rendezvous,
-        f"--nnodes={p.nnodes}",
-        f"--nproc-per-node={p.nproc_per_node}",
-        f"--max-restarts={spec.max_restarts}",
-        # --tee, not --redirects: ranks' output also reaches `kubectl logs` / the Slurm output file.
-        f"--log-dir={run_dir}/logs",
-        "--tee=3",
-        "-m", "trainer",
-        "--spec", spec_path,
-        "--run-dir", run_dir,
-    ]
+    return ["torchrun", *launcher_flags(spec, [*rendezvous, f"--nnodes={spec.parallel.nnodes}"], f"{run_dir}/logs"),
+            *trainer_program(spec_path, run_dir)]

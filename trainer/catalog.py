@@ -9,6 +9,7 @@ the plugin itself when the trainer builds them.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import lru_cache
 from importlib.metadata import entry_points
 from typing import Annotated, Any, Literal
@@ -19,6 +20,8 @@ MODEL_ENTRY_POINT_GROUP = "torchyard.models"
 DATASET_ENTRY_POINT_GROUP = "torchyard.datasets"
 
 Task = Literal["classification", "regression", "lm", "any"]
+# A reason a spec cannot run: where (from the spec's root) and why. trainer/spec.py makes SpecProblems of them.
+Problem = tuple[tuple[str | int, ...], str]
 
 
 class _Args(BaseModel):
@@ -66,21 +69,79 @@ class GPTArgs(_Args):
                                                    "false for pipeline parallelism, whose first and last stages are apart.")
 
 
+def _default(schema: type[BaseModel], args: dict[str, Any], name: str) -> Any:
+    return args.get(name, schema.model_fields[name].default)
+
+
+def _gpt_rules(args: dict[str, Any], data_args: dict[str, Any]) -> list[Problem]:
+    problems: list[Problem] = []
+    block, seq = _default(GPTArgs, args, "block_size"), data_args.get("seq_len", 64)
+    if isinstance(block, int) and isinstance(seq, int) and seq > block:
+        problems.append((("data", "args", "seq_len"), f"{seq} exceeds the model's block_size {block}"))
+    n_embd, n_head = _default(GPTArgs, args, "n_embd"), _default(GPTArgs, args, "n_head")
+    if isinstance(n_embd, int) and isinstance(n_head, int) and n_head and n_embd % n_head:
+        problems.append((("model", "args", "n_embd"), f"{n_embd} is not divisible by n_head {n_head}"))
+    return problems
+
+
+def _gpt_pipeline_rules(args: dict[str, Any]) -> list[Problem]:
+    if _default(GPTArgs, args, "tie_embeddings"):
+        return [(("model", "args", "tie_embeddings"),
+                 "must be false with a pipeline: the embedding and the head live on different stages")]
+    return []
+
+
+def _vit_rules(args: dict[str, Any], data_args: dict[str, Any]) -> list[Problem]:
+    problems: list[Problem] = []
+    dim, heads = _default(ViTArgs, args, "dim"), _default(ViTArgs, args, "heads")
+    if isinstance(dim, int) and isinstance(heads, int) and heads and dim % heads:
+        problems.append((("model", "args", "dim"), f"{dim} is not divisible by heads {heads}"))
+    patch, size = _default(ViTArgs, args, "patch_size"), data_args.get("image_size")
+    if isinstance(size, int) and isinstance(patch, int) and patch and size % patch:
+        problems.append((("data", "args", "image_size"), f"{size} is not divisible by the model's patch_size {patch}"))
+    return problems
+
+
 class CatalogEntry(BaseModel):
-    """A catalog name: its argument schema and the task it serves."""
+    """A catalog name: its argument schema, the task it serves, and what only it needs (one place per model)."""
+
+    model_config = ConfigDict(frozen=True)
 
     args: type[BaseModel] | None  # None: a plugin that checks its own arguments
     task: Task
     input: Literal["vector", "image", "tokens", "any"] = "any"
+    # Models: rules between the model's own arguments and the dataset's (model args, data args).
+    rules: Callable[[dict[str, Any], dict[str, Any]], list[Problem]] | None = None
+    # Models: the argument counting the blocks a pipeline splits between its stages; None: no pipeline parallelism.
+    pipeline_blocks: str | None = None
+    # Models: what a pipeline further needs of the arguments.
+    pipeline_rules: Callable[[dict[str, Any]], list[Problem]] | None = None
+    # Models: the argument tensor parallelism splits between its ranks; None: no tensor parallelism.
+    tensor_heads: str | None = None
+    # Datasets: the argument naming the task, where the user says it.
+    task_arg: str | None = None
+    # Datasets: the argument that, when set, makes the samples images.
+    image_arg: str | None = None
+
+    def arg(self, args: dict[str, Any], name: str) -> Any:
+        """``args[name]``, else the schema's default."""
+        assert self.args is not None
+        return _default(self.args, args, name)
 
 
 MODELS: dict[str, CatalogEntry] = {
-    "mlp": CatalogEntry(args=MLPArgs, task="any", input="vector"),
+    "mlp": CatalogEntry(args=MLPArgs, task="any", input="vector", pipeline_blocks="layers"),
     "cnn": CatalogEntry(args=CNNArgs, task="classification", input="image"),
     "resnet": CatalogEntry(args=ResNetArgs, task="classification", input="image"),
-    "vit": CatalogEntry(args=ViTArgs, task="classification", input="image"),
-    "gpt": CatalogEntry(args=GPTArgs, task="lm", input="tokens"),
+    "vit": CatalogEntry(args=ViTArgs, task="classification", input="image", rules=_vit_rules),
+    "gpt": CatalogEntry(args=GPTArgs, task="lm", input="tokens", rules=_gpt_rules, pipeline_blocks="n_layer",
+                        pipeline_rules=_gpt_pipeline_rules, tensor_heads="n_head"),
 }
+
+
+def models_with(feature: str) -> str:
+    """The catalog's models that have ``feature`` set, as a message names them ("gpt and mlp")."""
+    return " and ".join(sorted(name for name, entry in MODELS.items() if getattr(entry, feature) is not None))
 
 
 # ---------------------------------------------------------------- datasets
@@ -133,10 +194,10 @@ class TextFileArgs(_Args):
 
 
 DATASETS: dict[str, CatalogEntry] = {
-    "synthetic-classification": CatalogEntry(args=SyntheticClassificationArgs, task="classification"),
+    "synthetic-classification": CatalogEntry(args=SyntheticClassificationArgs, task="classification", image_arg="image_size"),
     "synthetic-regression": CatalogEntry(args=SyntheticRegressionArgs, task="regression", input="vector"),
     "synthetic-lm": CatalogEntry(args=SyntheticLMArgs, task="lm", input="tokens"),
-    "tensor-file": CatalogEntry(args=TensorFileArgs, task="any"),
+    "tensor-file": CatalogEntry(args=TensorFileArgs, task="any", task_arg="task"),
     "text-file": CatalogEntry(args=TextFileArgs, task="lm", input="tokens"),
 }
 

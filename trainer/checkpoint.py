@@ -26,6 +26,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from trainer.atomic import write_atomic
+
 log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
@@ -224,9 +226,7 @@ class Checkpointer:
         if final.exists():
             shutil.rmtree(final)  # the same step saved again (a restart that re-ran it): newest wins
         os.rename(tmp, final)
-        pointer_tmp = self.dir / f".{LATEST}.tmp"
-        pointer_tmp.write_text(name, encoding="utf-8")
-        os.replace(pointer_tmp, self.dir / LATEST)
+        write_atomic(self.dir / LATEST, name)
         _fsync_dir(self.dir)
         self._prune(keep=name)
         size = sum(f.stat().st_size for f in final.rglob("*") if f.is_file())

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch
 
+from trainer.atomic import replacing
 from trainer.distributed import RankInfo
 from trainer.spec import ProfileSpec
 
@@ -60,7 +61,9 @@ class StepProfiler:
             torch.cuda.synchronize(self._device)
         prof.__exit__(None, None, None)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".{self.path.name}.tmp.json.gz")
-        prof.export_chrome_trace(str(tmp))  # gzip-compressed: the name ends in .gz
-        os.replace(tmp, self.path)  # a reader never sees a half-written trace
+        # A reader never sees a half-written trace. gzip-compressed: the temporary's name ends in .gz too.
+        with replacing(self.path) as tmp:
+            gz = tmp.with_name(tmp.name + ".json.gz")
+            prof.export_chrome_trace(str(gz))
+            os.replace(gz, tmp)
         log.info("profiler trace written to %s", self.path)

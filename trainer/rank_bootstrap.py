@@ -50,6 +50,7 @@ import threading
 from typing import NoReturn
 
 from trainer import leaks, pg_watch
+from trainer.paths import within
 from trainer.pdeathsig import set_parent_death_signal
 from trainer.rank_output import interleave
 
@@ -67,7 +68,7 @@ def _set_path(code_root: str, script_dir: str | None) -> None:
 
 
 def _inside(path: str | None, root: str) -> bool:
-    return path is not None and os.path.realpath(path).startswith(root.rstrip(os.sep) + os.sep)
+    return path is not None and within(path, root)
 
 
 def forget_outside(packages: set[str], code_root: str) -> None:

@@ -5,11 +5,9 @@ trainer (what to train). It must stay importable without torch.
 
 Validation happens in two layers:
 
-* field bounds, enforced by pydantic when a spec is parsed;
-* rules that span fields or depend on the host (``spec_problems``): batch
-  divisible by ranks, model/data compatibility, data paths under the data root,
-  process counts within what the workers allow, queues that exist, entrypoints
-  and environment names on their allow-lists (trainer/env_rules.py), sizes.
+* field bounds, enforced by pydantic when a spec is parsed (this module);
+* rules that span fields or depend on the host (``spec_problems``, trainer/spec_rules.py), with the
+  per-model ones on the catalog entries (trainer/catalog.py) and path safety in trainer/paths.py.
   Each problem names its field.
 
 ``secrets`` hold values as ``SecretStr``: any dump of a spec shows them masked,
@@ -26,10 +24,7 @@ user's own script from the code root under torchrun. ``AnySpec`` is the union,
 from __future__ import annotations
 
 import json
-import os
-import re
-from dataclasses import dataclass
-from pathlib import Path, PurePath
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -47,14 +42,13 @@ from pydantic import (
 )
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from trainer import catalog
-from trainer.env_rules import env_name_problem, name_problem
-from trainer.requirements import MAX_REQUIREMENT_CHARS, MAX_REQUIREMENTS, requirement_problem
-from trainer.resume_args import template_problem
-from trainer.spec_messages import user_problems
+from trainer.paths import resolve_entrypoint as resolve_entrypoint
+from trainer.requirements import MAX_REQUIREMENT_CHARS, MAX_REQUIREMENTS
+from trainer.spec_rules import ARGS_TOTAL_MAX, SpecError, SpecLimits, spec_problems
+from trainer.spec_rules import LABEL_KEY_PATTERN as LABEL_KEY_PATTERN
+from trainer.spec_rules import SpecProblem as SpecProblem
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
-LABEL_KEY_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$"
 
 
 class _Strict(BaseModel):
@@ -169,11 +163,6 @@ class CheckpointSpec(_Strict):
 
 ENV_VALUE_MAX = 4096
 SECRET_VALUE_MAX = 8192
-# Totals, so a spec stays small wherever it is stored, listed and sent (SQL, spec.json, responses).
-ARGS_TOTAL_MAX = 65_536  # characters of all script args together
-ENV_TOTAL_MAX = 32_768  # characters of all env names and values
-SECRETS_TOTAL_MAX = 65_536  # characters of all secret names and values
-CATALOG_ARGS_MAX = 16_384  # characters of model.args or data.args as JSON
 
 EnvValue = Annotated[str, StringConstraints(max_length=ENV_VALUE_MAX)]
 SecretValue = Annotated[SecretStr, Field(max_length=SECRET_VALUE_MAX)]
@@ -246,7 +235,6 @@ class JobSpec(JobBase):
 
 # ---------------------------------------------------------------- script jobs
 
-MODULE_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
 CODE_PATTERN = r"^sha256:[0-9a-f]{64}$"
 
 ScriptArg = Annotated[str, StringConstraints(max_length=4096)]
@@ -338,256 +326,6 @@ def spec_from_dict(raw: dict[str, Any]) -> JobSpec | ScriptJobSpec:
     return SPEC_ADAPTER.validate_python(raw)
 
 
-@dataclass(frozen=True)
-class SpecLimits:
-    """What the host allows; checked at submission so a bad job never reaches a GPU."""
-
-    max_nproc_per_node: int = 64
-    max_nnodes: int = 64
-    data_dir: Path | None = None
-    code_dir: Path | None = None  # script jobs' entrypoints must resolve under it
-    script_modules: frozenset[str] = frozenset()  # installed modules a script job may run (TORCHYARD_SCRIPT_MODULES)
-    queues: frozenset[str] | None = None  # the queues that exist (TORCHYARD_QUEUES); None: any
-    secrets_allowed: bool = True  # False where no key can encrypt them (TORCHYARD_SECRETS_KEY unset)
-
-
-@dataclass(frozen=True)
-class SpecProblem:
-    loc: tuple[str | int, ...]
-    msg: str
-
-    @property
-    def field(self) -> str:
-        return ".".join(str(p) for p in self.loc)
-
-
-class SpecError(ValueError):
-    """A spec that parses but cannot run. Carries one problem per offending field."""
-
-    def __init__(self, problems: list[SpecProblem]):
-        self.problems = problems
-        super().__init__("; ".join(f"{p.field}: {p.msg}" for p in problems))
-
-
-def _args_problems(section: str, entry: catalog.CatalogEntry, args: dict[str, Any]) -> list[SpecProblem]:
-    try:
-        catalog.validate_args(entry, args)
-    except ValidationError as exc:
-        return [SpecProblem((section, "args", *loc), msg) for loc, msg in user_problems(exc.errors(), [entry.args])]
-    return []
-
-
-def resolve_under(root: Path, relative: str) -> Path | None:
-    """``root/relative`` resolved (symlinks too) if it stays under root, else None."""
-    if not relative or "\x00" in relative or os.path.isabs(relative):
-        return None
-    root = root.resolve()
-    target = (root / relative).resolve()
-    return target if target == root or root in target.parents else None
-
-
-def spec_problems(spec: JobSpec | ScriptJobSpec, limits: SpecLimits | None = None) -> list[SpecProblem]:
-    """Every reason this spec cannot run; empty when it can."""
-    limits = limits or SpecLimits()
-    if isinstance(spec, ScriptJobSpec):
-        return _common_problems(spec, limits) + script_problems(spec, limits)
-    problems: list[SpecProblem] = []
-
-    model = catalog.model_entry(spec.model.name)
-    if model is None:
-        problems.append(SpecProblem(("model", "name"), f"unknown model {spec.model.name!r}; known: {', '.join(catalog.known_models())}"))
-    else:
-        problems += _args_problems("model", model, spec.model.args)
-
-    data = catalog.dataset_entry(spec.data.name)
-    if data is None:
-        problems.append(SpecProblem(("data", "name"), f"unknown dataset {spec.data.name!r}; known: {', '.join(catalog.known_datasets())}"))
-    else:
-        problems += _args_problems("data", data, spec.data.args)
-
-    if model is not None and data is not None:
-        problems += _compatibility_problems(spec, model, data)
-    for section in ("model", "data"):
-        size = len(json.dumps(getattr(spec, section).args, separators=(",", ":")))
-        if size > CATALOG_ARGS_MAX:
-            problems.append(SpecProblem((section, "args"), f"{size} characters as JSON; at most {CATALOG_ARGS_MAX}"))
-
-    p, t = spec.parallel, spec.train
-    per_step = p.world_size * t.grad_accum_steps if p.ranks_known else 0
-    if per_step and t.global_batch_size % per_step:
-        problems.append(SpecProblem(
-            ("train", "global_batch_size"),
-            f"{t.global_batch_size} is not divisible by ranks x grad_accum_steps = "
-            f"{p.world_size} x {t.grad_accum_steps} = {per_step}",
-        ))
-    problems += model_parallel_problems(spec)
-    if not all(0.0 <= b < 1.0 for b in t.betas):
-        problems.append(SpecProblem(("train", "betas"), "each beta must be in [0, 1)"))
-    if t.precision == "fp16" and p.device == "cpu":
-        problems.append(SpecProblem(("train", "precision"), "fp16 needs CUDA; use bf16 or fp32 on the CPU"))
-    problems += _common_problems(spec, limits)
-
-    if limits.data_dir is not None:
-        for name in catalog.DATA_PATH_FIELDS:
-            value = spec.data.args.get(name)
-            if value is None:
-                continue
-            resolved = resolve_under(limits.data_dir, str(value))
-            if resolved is None:
-                problems.append(SpecProblem(("data", "args", name), f"{value!r} is outside the data root"))
-            elif not resolved.is_file():
-                problems.append(SpecProblem(("data", "args", name), f"{value!r} does not exist under the data root"))
-    return problems
-
-
-def _model_arg(spec: JobSpec, name: str) -> Any:
-    defaults = {"gpt": catalog.GPTArgs, "mlp": catalog.MLPArgs}[spec.model.name]
-    return spec.model.args.get(name, defaults.model_fields[name].default)
-
-
-def model_parallel_problems(spec: JobSpec) -> list[SpecProblem]:
-    """Meshes that cannot be built: pipeline stages that do not divide the blocks or the ranks, heads not divisible
-    by the tensor-parallel ranks, a batch that does not split into the micro-batches."""
-    p, t = spec.parallel, spec.train
-    problems: list[SpecProblem] = []
-    pp = p.pipeline
-    if pp is not None and p.tensor > 1:
-        problems.append(SpecProblem(("parallel", "tensor"), "pipeline and tensor parallelism together are not supported; use one"))
-        return problems
-    if pp is not None or p.tensor > 1:
-        # Not wired into the stage/shard builders yet: refused rather than silently ignored.
-        for name, value in (("precision", t.precision == "fp16"), ("compile", t.compile),
-                            ("activation_checkpointing", t.activation_checkpointing)):
-            if value:
-                problems.append(SpecProblem(("train", name), f"{'fp16' if name == 'precision' else 'true'} is not supported "
-                                                             "with pipeline or tensor parallelism"))
-    if pp is not None:
-        if spec.model.name not in ("gpt", "mlp"):
-            return [SpecProblem(("parallel", "pipeline"), f"pipeline parallelism supports gpt and mlp, not {spec.model.name!r}")]
-        layers_field = "n_layer" if spec.model.name == "gpt" else "layers"
-        layers = _model_arg(spec, layers_field)
-        chunks = pp.stages * (2 if pp.schedule == "interleaved_1f1b" else 1)
-        if isinstance(layers, int) and layers % chunks:
-            problems.append(SpecProblem(("parallel", "pipeline", "stages"),
-                                        f"{chunks} pipeline chunks ({pp.stages} stages"
-                                        f"{' x 2 for interleaved_1f1b' if chunks != pp.stages else ''}) do not divide "
-                                        f"model.args.{layers_field} = {layers}"))
-        if spec.model.name == "gpt" and _model_arg(spec, "tie_embeddings"):
-            problems.append(SpecProblem(("model", "args", "tie_embeddings"),
-                                        "must be false with a pipeline: the embedding and the head live on different stages"))
-        if t.grad_accum_steps != 1:
-            problems.append(SpecProblem(("train", "grad_accum_steps"),
-                                        "must be 1 with a pipeline: its micro-batches (parallel.pipeline.microbatches) accumulate"))
-        if pp.microbatches < pp.stages:
-            problems.append(SpecProblem(("parallel", "pipeline", "microbatches"),
-                                        f"{pp.microbatches} is fewer than the {pp.stages} stages"))
-        elif pp.schedule == "interleaved_1f1b" and pp.microbatches % pp.stages:
-            problems.append(SpecProblem(("parallel", "pipeline", "microbatches"),
-                                        f"{pp.microbatches} is not a multiple of the {pp.stages} stages (interleaved_1f1b)"))
-        if p.ranks_known:
-            if p.world_size % pp.stages:
-                problems.append(SpecProblem(("parallel", "pipeline", "stages"),
-                                            f"{pp.stages} stages do not divide the world size {p.world_size}"))
-            else:
-                dp = p.world_size // pp.stages
-                if t.global_batch_size % (dp * pp.microbatches):
-                    problems.append(SpecProblem(("parallel", "pipeline", "microbatches"),
-                                                f"global_batch_size {t.global_batch_size} is not divisible by data-parallel ranks "
-                                                f"x microbatches = {dp} x {pp.microbatches}"))
-    if p.tensor > 1:
-        if spec.model.name != "gpt":
-            return problems + [SpecProblem(("parallel", "tensor"), f"tensor parallelism supports gpt, not {spec.model.name!r}")]
-        heads = _model_arg(spec, "n_head")
-        if isinstance(heads, int) and heads % p.tensor:
-            problems.append(SpecProblem(("parallel", "tensor"), f"model.args.n_head = {heads} is not divisible by {p.tensor} ranks"))
-        if p.ranks_known and p.world_size % p.tensor:
-            problems.append(SpecProblem(("parallel", "tensor"), f"{p.tensor} does not divide the world size {p.world_size}"))
-        elif p.ranks_known and p.world_size > p.tensor and p.strategy != "fsdp":
-            problems.append(SpecProblem(("parallel", "strategy"),
-                                        "tensor parallelism composes with fsdp over the remaining ranks; set strategy: fsdp"))
-    return problems
-
-
-def _common_problems(spec: JobBase, limits: SpecLimits) -> list[SpecProblem]:
-    """Checks every kind of job gets: process counts within the host's limits, queue, labels, env and secrets."""
-    problems: list[SpecProblem] = []
-    p = spec.parallel
-    if p.ranks_known and p.nproc_per_node > limits.max_nproc_per_node:
-        problems.append(SpecProblem(
-            ("parallel", "nproc_per_node"),
-            f"{p.nproc_per_node} processes per node; this service allows at most {limits.max_nproc_per_node}",
-        ))
-    if p.nnodes > limits.max_nnodes:
-        problems.append(SpecProblem(("parallel", "nnodes"), f"{p.nnodes} nodes; this service allows at most {limits.max_nnodes}"))
-    if limits.queues is not None and spec.queue not in limits.queues:
-        problems.append(SpecProblem(("queue",), f"unknown queue {spec.queue!r}; this service has: {', '.join(sorted(limits.queues))}"))
-
-    for key in spec.labels:
-        if not re.match(LABEL_KEY_PATTERN, key):
-            problems.append(SpecProblem(("labels", key), "label keys are letters, digits, '.', '_', '/' and '-', at most 63"))
-        elif len(spec.labels[key]) > 256:
-            problems.append(SpecProblem(("labels", key), "label values are at most 256 characters"))
-    problems += _variable_problems("env", spec.env, env_name_problem, ENV_TOTAL_MAX)
-    problems += _variable_problems("secrets", spec.secret_values(), name_problem, SECRETS_TOTAL_MAX)
-    if spec.secrets and not limits.secrets_allowed:
-        problems.append(SpecProblem(("secrets",), "this service stores no secrets (its operator has not set TORCHYARD_SECRETS_KEY)"))
-    for name in set(spec.env) & set(spec.secrets):
-        problems.append(SpecProblem(("secrets", name), "also set in env; give each variable once"))
-    return problems
-
-
-def _variable_problems(section: str, variables: dict[str, str], rule: Any, total_max: int) -> list[SpecProblem]:
-    # Messages never quote a value: for secrets that would send the credential back in the 422.
-    problems: list[SpecProblem] = []
-    for name, value in variables.items():
-        why = rule(name)
-        if why is not None:
-            problems.append(SpecProblem((section, name), why))
-        elif "\x00" in value:
-            problems.append(SpecProblem((section, name), "value contains a NUL character"))
-    total = sum(len(name) + len(value) for name, value in variables.items())
-    if total > total_max:
-        problems.append(SpecProblem((section,), f"{total} characters of names and values in all; at most {total_max}"))
-    return problems
-
-
-def _compatibility_problems(spec: JobSpec, model: catalog.CatalogEntry, data: catalog.CatalogEntry) -> list[SpecProblem]:
-    problems: list[SpecProblem] = []
-    data_task = data.task
-    if spec.data.name == "tensor-file":
-        data_task = spec.data.args.get("task", "classification")
-    if model.task != "any" and data_task != "any" and model.task != data_task:
-        problems.append(SpecProblem(
-            ("model", "name"), f"model {spec.model.name!r} trains on {model.task} data, dataset {spec.data.name!r} is {data_task}",
-        ))
-    if model.task == "any" and data_task == "lm" and model.input != "any":
-        problems.append(SpecProblem(("model", "name"), f"model {spec.model.name!r} does not take token sequences; use gpt"))
-    image = spec.data.name == "synthetic-classification" and spec.data.args.get("image_size") is not None
-    if model.input == "image" and spec.data.name == "synthetic-classification" and not image:
-        problems.append(SpecProblem(("data", "args", "image_size"), f"model {spec.model.name!r} needs image inputs; set image_size"))
-    if model.input == "vector" and image:
-        problems.append(SpecProblem(("data", "args", "image_size"), f"model {spec.model.name!r} takes vectors; leave image_size unset"))
-    if spec.model.name == "gpt":
-        block = spec.model.args.get("block_size", catalog.GPTArgs.model_fields["block_size"].default)
-        seq = spec.data.args.get("seq_len", 64)
-        if isinstance(block, int) and isinstance(seq, int) and seq > block:
-            problems.append(SpecProblem(("data", "args", "seq_len"), f"{seq} exceeds the model's block_size {block}"))
-        n_embd = spec.model.args.get("n_embd", catalog.GPTArgs.model_fields["n_embd"].default)
-        n_head = spec.model.args.get("n_head", catalog.GPTArgs.model_fields["n_head"].default)
-        if isinstance(n_embd, int) and isinstance(n_head, int) and n_head and n_embd % n_head:
-            problems.append(SpecProblem(("model", "args", "n_embd"), f"{n_embd} is not divisible by n_head {n_head}"))
-    if spec.model.name == "vit":
-        dim = spec.model.args.get("dim", catalog.ViTArgs.model_fields["dim"].default)
-        heads = spec.model.args.get("heads", catalog.ViTArgs.model_fields["heads"].default)
-        if isinstance(dim, int) and isinstance(heads, int) and heads and dim % heads:
-            problems.append(SpecProblem(("model", "args", "dim"), f"{dim} is not divisible by heads {heads}"))
-        patch = spec.model.args.get("patch_size", catalog.ViTArgs.model_fields["patch_size"].default)
-        size = spec.data.args.get("image_size")
-        if isinstance(size, int) and isinstance(patch, int) and patch and size % patch:
-            problems.append(SpecProblem(("data", "args", "image_size"), f"{size} is not divisible by the model's patch_size {patch}"))
-    return problems
-
-
 def parse_spec(raw: dict[str, Any] | str | bytes, limits: SpecLimits | None = None) -> JobSpec | ScriptJobSpec:
     """Parse and check a spec of any kind; raises pydantic.ValidationError or SpecError."""
     spec = SPEC_ADAPTER.validate_json(raw) if isinstance(raw, (str, bytes)) else SPEC_ADAPTER.validate_python(raw)
@@ -605,126 +343,3 @@ def load_spec_file(path: str | Path, limits: SpecLimits | None = None) -> JobSpe
 
         return parse_spec(yaml.safe_load(text), limits)
     return parse_spec(json.loads(text), limits)
-
-
-# ---------------------------------------------------------------- script job checks
-
-
-@dataclass(frozen=True)
-class Entrypoint:
-    """A checked entrypoint: a .py file under the code root, or a module (``python -m``)."""
-
-    file: Path | None = None  # resolved, symlinks followed; run as ``FILE args``
-    module: str | None = None  # run as ``-m MODULE args``; ``file`` is set too when it lies under the code root
-
-
-def resolve_entrypoint(entrypoint: str, code_root: Path | None, allowed_modules: frozenset[str] = frozenset()) -> Entrypoint:
-    """Where an entrypoint points; raises ValueError saying why it cannot run.
-
-    An allow-list: a ``.py`` file or a dotted module that resolves inside ``code_root`` (the service's
-    code root, or a job's own unpacked code: the caller says which), or an installed module named
-    exactly in ``allowed_modules`` (TORCHYARD_SCRIPT_MODULES). Nothing is imported to decide.
-    Called at submission (API) and again at launch (worker), because the code may change in between."""
-    if "\x00" in entrypoint:
-        raise ValueError("contains a NUL character")
-    if entrypoint.endswith(".py"):
-        return Entrypoint(file=_resolve_script_file(entrypoint, code_root))
-    if not re.match(MODULE_PATTERN, entrypoint):
-        raise ValueError("must be a .py file under the code root or a dotted module name such as 'mypkg.train'")
-    in_root = _module_under_root(entrypoint, code_root) if code_root is not None else None
-    if in_root is not None:
-        return Entrypoint(module=entrypoint, file=in_root)
-    if entrypoint in allowed_modules:
-        return Entrypoint(module=entrypoint)
-    raise ValueError("no such module under the code root, and not an installed module this service allows "
-                     "(TORCHYARD_SCRIPT_MODULES); put your code in the code root")
-
-
-def _resolve_script_file(entrypoint: str, code_dir: Path | None) -> Path:
-    if code_dir is None:
-        raise ValueError("script files need a code root (TORCHYARD_CODE_DIR) on this service")
-    if ".." in PurePath(entrypoint).parts:
-        raise ValueError("'..' is not allowed; give a path under the code root")
-    relative = entrypoint
-    if os.path.isabs(entrypoint):
-        # An absolute path is fine when it names a file in the code root (as given or after resolving the root).
-        for root in (code_dir, code_dir.resolve()):
-            candidate = PurePath(entrypoint)
-            if candidate.is_relative_to(root) and candidate != PurePath(root):
-                relative = str(candidate.relative_to(root))
-                break
-        else:
-            raise ValueError("is outside the code root")
-    resolved = resolve_under(code_dir, relative)
-    if resolved is None:
-        raise ValueError("resolves outside the code root (a symlink pointing out of it?)")
-    if not resolved.is_file():
-        raise ValueError("no such file under the code root")
-    return resolved
-
-
-def _module_under_root(module: str, code_dir: Path) -> Path | None:
-    """The file ``python -m module`` runs from the code root, or None when the code root lacks it.
-
-    Every package ``__init__.py`` on the way runs too, so each must resolve under the root as well."""
-    parts = module.split(".")
-    root = code_dir.resolve()
-    for depth in range(1, len(parts)):
-        init = os.path.join(*parts[:depth], "__init__.py")
-        if os.path.lexists(root / init) and resolve_under(root, init) is None:
-            raise ValueError(f"{init} resolves outside the code root")
-    base = os.path.join(*parts)
-    for candidate in (base + ".py", os.path.join(base, "__main__.py")):
-        if not os.path.lexists(root / candidate):
-            continue
-        resolved = resolve_under(root, candidate)
-        if resolved is None:
-            raise ValueError(f"{candidate} resolves outside the code root (a symlink pointing out of it?)")
-        if os.path.isdir(root / base) and candidate.endswith("__main__.py"):
-            init = os.path.join(base, "__init__.py")
-            if os.path.lexists(root / init) and resolve_under(root, init) is None:
-                raise ValueError(f"{init} resolves outside the code root")
-        if resolved.is_file():
-            return resolved
-    if os.path.lexists(root / parts[0]) or os.path.lexists(root / f"{parts[0]}.py"):
-        # The top-level name is the code root's: an installed namesake must not be picked up instead.
-        raise ValueError(f"no module {module!r} under the code root")
-    return None
-
-
-def _entrypoint_words(why: str, spec: ScriptJobSpec) -> str:
-    """The root named as the user knows it: the directory they uploaded, or the service's own code root,
-    with the way to send their directory when the entrypoint is not found there."""
-    if spec.code:
-        return why.replace("under the code root", "in the uploaded directory").replace("the code root", "the uploaded directory")
-    why = why.replace("the code root", "the service's code root", 1)
-    if why.startswith("no such"):
-        why += ("; to run code from your own directory, send it with the job: `torchyard submit SPEC --workdir DIR`, "
-                "or POST /v1/code and set `code`")
-    return why
-
-
-def script_problems(spec: ScriptJobSpec, limits: SpecLimits) -> list[SpecProblem]:
-    """Reasons a script job cannot run: entrypoint not allowed or missing, args too long or with NUL bytes."""
-    problems: list[SpecProblem] = []
-    try:
-        resolve_entrypoint(spec.entrypoint, limits.code_dir, limits.script_modules)
-    except ValueError as exc:
-        problems.append(SpecProblem(("entrypoint",), f"{spec.entrypoint!r}: {_entrypoint_words(str(exc), spec)}"))
-    for i, arg in enumerate(spec.args):
-        if "\x00" in arg:
-            problems.append(SpecProblem(("args", i), "contains a NUL character"))
-    total = sum(len(arg) for arg in spec.args)
-    if total > ARGS_TOTAL_MAX:
-        problems.append(SpecProblem(("args",), f"{total} characters in all; at most {ARGS_TOTAL_MAX}"))
-    for i, line in enumerate(spec.requirements):
-        if (why := requirement_problem(line)) is not None:
-            problems.append(SpecProblem(("requirements", i), why))
-    for i, arg in enumerate(spec.resume_args):
-        if (why := template_problem(arg) or ("contains a NUL character" if "\x00" in arg else None)) is not None:
-            problems.append(SpecProblem(("resume_args", i), why))
-    for i, pattern in enumerate(spec.checkpoint.discover):
-        if PurePath(pattern).is_absolute() or ".." in PurePath(pattern).parts or "\x00" in pattern:
-            problems.append(SpecProblem(("checkpoint", "discover", i),
-                                        f"{pattern!r} must be a relative glob inside the working directory (no '..')"))
-    return problems

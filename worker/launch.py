@@ -27,6 +27,7 @@ from jobs.settings import Settings
 from trainer.env_rules import env_name_problem, name_problem
 from trainer.sinks.factory import MLFLOW_URI_ENV
 from trainer.spec import JobSpec, ScriptJobSpec, SpecError, SpecProblem, resolve_entrypoint
+from trainer.torchrun_args import launcher_flags, trainer_program
 from worker import venvs, workdir
 from worker.processes import JOB_MARK, NODE_MARK
 
@@ -69,7 +70,6 @@ def torchrun_command(spec: JobSpec | ScriptJobSpec, run_dir: Path, attempt: int,
 
     Raises SpecError when a script's entrypoint no longer resolves under the code root:
     the root may have changed since the job was accepted, and nothing outside it may run."""
-    p = spec.parallel
     if topology is None and node is None:
         topology = ["--standalone", "--nnodes=1"]
     elif topology is None and node is not None:
@@ -79,23 +79,13 @@ def torchrun_command(spec: JobSpec | ScriptJobSpec, run_dir: Path, attempt: int,
             # A node that never comes must fail the launch in seconds, not torchrun's default 15 minutes.
             f"--rdzv-conf=join_timeout={int(node.join_timeout_s)},is_host={'true' if node.node_rank == 0 else 'false'}",
         ]
-    launcher = [
-        venvs.interpreter(settings, _requirements(spec)), "-m", "torch.distributed.run",
-        *topology,
-        f"--nproc-per-node={p.nproc_per_node}",
-        f"--max-restarts={spec.max_restarts}",
-        f"--log-dir={run_dir / 'logs' / f'attempt-{attempt}'}",
-        "--redirects=3",
-    ]
+    launcher = [venvs.interpreter(settings, _requirements(spec)), "-m", "torch.distributed.run",
+                *launcher_flags(spec, topology, str(run_dir / "logs" / f"attempt-{attempt}"))]
     if isinstance(spec, ScriptJobSpec):
         # The entrypoint resolves in the job's working copy (worker/workdir.py), named relative to the code root.
         in_copy = spec.model_copy(update={"entrypoint": workdir.entrypoint_in(settings, spec)})
         return launcher + script_program(in_copy, workdir.code_root(settings, spec, run_dir), frozenset(settings.script_modules))
-    return launcher + [
-        "-m", "trainer",
-        "--spec", str(run_dir / SPEC_FILE),
-        "--run-dir", str(run_dir),
-    ]
+    return launcher + trainer_program(str(run_dir / SPEC_FILE), str(run_dir))
 
 
 def start_dir(spec: JobSpec | ScriptJobSpec, run_dir: Path, settings: Settings) -> Path:

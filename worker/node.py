@@ -22,6 +22,7 @@ import sqlalchemy as sa
 from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session
 
+from jobs.hosts import read_hosts
 from jobs.models import Job, Status
 from jobs.scheduler import task_id
 from jobs.settings import Settings
@@ -80,8 +81,6 @@ def say(session: Session, job_id: str, attempt: int, worker_id: str, key: str, v
 
 def dead_nodes(session: Session, placement: list[dict[str, Any]] | None, lease_ttl_s: float) -> list[tuple[int, str]]:
     """(node rank, host) of the placement's nodes whose host has not heart-beaten within one lease."""
-    from jobs.hosts import read_hosts
-
     alive = {row.host.id for row in read_hosts(session, lease_ttl_s) if row.alive}
     return [(n["node_rank"], n["host"]) for n in placement or [] if n["node_rank"] > 0 and n["host"] not in alive]
 

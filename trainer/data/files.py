@@ -8,18 +8,18 @@ from typing import Any
 import torch
 
 from trainer.data.base import DataInfo, DatasetBundle, TensorPairs, TokenChunks
-from trainer.spec import resolve_under
+from trainer.paths import data_file
 
 
 def _under_root(data_dir: Path | None, relative: str, field: str) -> Path:
     if data_dir is None:
         raise ValueError(f"data.args.{field}: file datasets need TORCHYARD_DATA_DIR (the data root) to be set")
-    path = resolve_under(data_dir, relative)
-    if path is None:
-        raise ValueError(f"data.args.{field}: {relative!r} is outside the data root")
-    if not path.is_file():
-        raise FileNotFoundError(f"data.args.{field}: {relative!r} does not exist under the data root")
-    return path
+    try:
+        return data_file(data_dir, relative)
+    except ValueError as exc:
+        raise ValueError(f"data.args.{field}: {relative!r} {exc}") from None
+    except FileNotFoundError as exc:
+        raise FileNotFoundError(f"data.args.{field}: {relative!r} {exc}") from None
 
 
 def _load_xy(path: Path) -> tuple[torch.Tensor, torch.Tensor]:

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from trainer.atomic import write_atomic
 from trainer.sinks.base import Point
 
 log = logging.getLogger(__name__)
@@ -77,9 +78,7 @@ class MlflowSink:
         run = self._client.create_run(experiment_id, run_name=str(self.spec.get("name") or self.job_id or "torchyard"), tags=tags)
         self.run_id = run.info.run_id
         # Recorded before anything else is sent: a rank killed from here on leaves a run the worker can end.
-        tmp = self.run_dir / f".{RUN_ID_FILE}.tmp"
-        tmp.write_text(self.run_id, encoding="utf-8")
-        tmp.replace(self.run_dir / RUN_ID_FILE)
+        write_atomic(self.run_dir / RUN_ID_FILE, self.run_id)
         params = [Param(k, v) for k, v in flatten(self.spec).items()]
         for i in range(0, len(params), _PARAMS_PER_BATCH):
             self._client.log_batch(self.run_id, params=params[i:i + _PARAMS_PER_BATCH])

@@ -1,0 +1,25 @@
+"""The torchrun command line every launcher shares: the worker's executors (worker/launch.py) and the launch
+files for Kubernetes and Slurm (manifests/), so a job behaves the same wherever it runs.
+
+``--redirects=3``, not ``--tee``: the service's logs (jobs/artifacts.py) and each rank's interleaved output
+(trainer/rank_output.py) read the per-rank files torchrun writes under ``--log-dir``."""
+
+from __future__ import annotations
+
+from trainer.spec import JobSpec, ScriptJobSpec
+
+
+def launcher_flags(spec: JobSpec | ScriptJobSpec, topology: list[str], log_dir: str) -> list[str]:
+    """torchrun's flags for one node: ``topology`` says how the nodes meet (``--standalone`` on one)."""
+    return [
+        *topology,
+        f"--nproc-per-node={spec.parallel.nproc_per_node}",
+        f"--max-restarts={spec.max_restarts}",
+        f"--log-dir={log_dir}",
+        "--redirects=3",
+    ]
+
+
+def trainer_program(spec_path: str, run_dir: str) -> list[str]:
+    """What torchrun runs for a catalog job: the trainer, told its spec.json and run directory."""
+    return ["-m", "trainer", "--spec", spec_path, "--run-dir", run_dir]

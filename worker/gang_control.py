@@ -1,0 +1,66 @@
+"""Node 0's side of a multi-node attempt (the followers' side is worker/node.py): telling the other nodes to
+stop, telling a peer's lost host from a training error, and finding the node whose ranks failed first."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from pathlib import Path
+
+from sqlalchemy.exc import SQLAlchemyError
+
+from worker import node as nodes
+from worker import outcome
+from worker.lease import Lease
+
+log = logging.getLogger(__name__)
+
+
+class Gang:
+    """The other nodes of the attempt the lease holds; with nnodes == 1 every call is a no-op."""
+
+    def __init__(self, lease: Lease):
+        self.lease = lease
+        self.nnodes = 1
+        # The scheduler's placement of the adopted attempt: one entry per node.
+        self.placement: list[dict[str, object]] | None = None
+
+    def stop(self) -> None:
+        """Tell the other nodes to stop their ranks now (a checkpoint on SIGTERM is a collective of every node)."""
+        lease = self.lease
+        if self.nnodes > 1 and lease.attempt is not None:
+            nodes.say(lease.session, lease.job_id, lease.attempt, lease.worker_id, nodes.STOP, True)
+
+    def stop_quietly(self) -> None:
+        try:
+            self.stop()
+        except Exception:  # noqa: BLE001 - giving up anyway; the followers stop once the job leaves this attempt
+            log.warning("job %s: could not tell the gang to stop", self.lease.job_id, extra=self.lease.log_extra)
+
+    def lost(self) -> list[tuple[int, str]]:
+        """After node 0's ranks failed: the nodes whose host died, waited for up to a lease (a host is dead once its
+        heartbeat is a lease old), so a peer's crash is told apart from a training error. Heartbeats meanwhile."""
+        if self.nnodes <= 1:
+            return []
+        lease = self.lease
+        ttl = lease.settings.lease_ttl_s
+        deadline = time.monotonic() + ttl * 1.2
+        while True:
+            with contextlib.suppress(SQLAlchemyError):
+                dead = nodes.dead_nodes(lease.session, self.placement, ttl)  # type: ignore[arg-type]
+                if dead:
+                    return dead
+            if time.monotonic() >= deadline or lease.lost:
+                return []
+            lease.try_heartbeat()
+            time.sleep(0.5)
+
+    def failure(self, run_dir: Path, attempt: int) -> outcome.Failure | None:
+        """The first other node whose ranks left an error with a traceback, as its own error file tells it."""
+        for rank in range(1, self.nnodes):
+            found = outcome.failure(1, run_dir / f"error-node-{rank}.json",
+                                    run_dir / "logs" / f"attempt-{attempt}" / f"launcher-node-{rank}.log")
+            if found.traceback is not None:
+                return outcome.Failure(found.type, f"node {rank}: {found.message}", found.traceback, None, found.log_tail, found.rank)
+        return None
