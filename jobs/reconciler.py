@@ -30,7 +30,7 @@ import sqlalchemy as sa
 from redis import Redis
 from sqlmodel import Session
 
-from jobs import queue, retry
+from jobs import queue, transient
 from jobs.clock import db_now
 from jobs.db import get_engine
 from jobs.hosts import read_hosts
@@ -53,7 +53,7 @@ class Report:
 
 def reconcile(session: Session, redis: Redis, *, enqueue_grace_s: float = 10.0, max_worker_losses: int = 3,
               retry_s: float = 5.0) -> Report:
-    """One pass of both recoveries; each step retries through a database blip for up to ``retry_s``.
+    """One pass of both recoveries; each step tries again through a database blip for up to ``retry_s``.
     ``enqueue_grace_s`` is the lease: a host silent for that long is dead."""
     report = Report()
     _recover_expired_leases(session, redis, report, max_worker_losses, retry_s)
@@ -62,7 +62,7 @@ def reconcile(session: Session, redis: Redis, *, enqueue_grace_s: float = 10.0, 
 
 
 def _retried(session: Session, fn: Callable[[], T], what: str, retry_s: float) -> T:
-    return retry.call(fn, deadline=retry_s, what=f"reconciler: {what}", on_retry=session.rollback)
+    return transient.call(fn, deadline=retry_s, what=f"reconciler: {what}", between_tries=session.rollback)
 
 
 def _recover_expired_leases(session: Session, redis: Redis, report: Report, max_worker_losses: int, retry_s: float) -> None:

@@ -1,6 +1,6 @@
 """The lease an attempt's supervisor holds on its job row, and the fence every one of its writes carries.
 
-The supervisor renews the lease (``lease_expires_at``) by heartbeat. Its database calls retry through a blip
+The supervisor renews the lease (``lease_expires_at``) by heartbeat. Its database calls are tried again through a blip
 only while the lease lasts (0.8 TTL past the last renewal), and a watchdog thread kills the attempt's
 processes once that point passes, even while the main thread hangs in a database call: past it the
 reconciler may hand the job to another worker.
@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session
 
-from jobs import retry
+from jobs import transient
 from jobs.clock import db_now
 from jobs.models import Attempt, Job, Status, utcnow
 from jobs.settings import Settings
@@ -38,7 +38,7 @@ class Lease:
         self.settings, self.session = settings, session
         self.log_extra = {"job_id": job_id}
         self.attempt: int | None = None  # the claimed attempt, a plain value: ORM rows expire on rollback
-        # When the lease was last renewed (monotonic); database calls retry until 0.8 TTL past it.
+        # When the lease was last renewed (monotonic); database calls are tried again until 0.8 TTL past it.
         self.ok = time.monotonic()
         self.lost = False
         self.watchdog_fired = False  # the ranks were stopped because the lease went unrenewed
@@ -84,7 +84,7 @@ class Lease:
                 Job.status.in_([Status.RUNNING.value, Status.CANCELLING.value])]  # type: ignore[attr-defined]
 
     def deadline(self) -> float:
-        """Monotonic time after which the lease may lapse unseen: stop retrying and stop writing."""
+        """Monotonic time after which the lease may lapse unseen: stop trying again and stop writing."""
         return self.ok + self.settings.lease_ttl_s * 0.8
 
     def db(self, fn: Callable[[], T], what: str) -> T:
@@ -99,10 +99,10 @@ class Lease:
         def out_of_time() -> bool:
             return self.lost or time.monotonic() >= self.deadline()
 
-        return retry.call(fn, deadline=out_of_time, what=f"job {self.job_id}: {what}", on_retry=between_tries)
+        return transient.call(fn, deadline=out_of_time, what=f"job {self.job_id}: {what}", between_tries=between_tries)
 
     def try_heartbeat(self) -> None:
-        """One heartbeat, errors swallowed: a renewal extends the retry deadline, a refusal ends it."""
+        """One heartbeat, errors swallowed: a renewal extends the deadline of calls tried again, a refusal ends it."""
         if self.attempt is None:
             return
         try:

@@ -1,4 +1,4 @@
-"""Database and Redis calls ride out a blip, but never retry what a retry cannot cure, nor past the deadline."""
+"""Database and Redis calls ride out a blip, but never try again what another try cannot cure, nor past the deadline."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 import sqlalchemy as sa
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from jobs import retry
+from jobs import transient
 
 
 def _flaky(failures: list[Exception]):  # type: ignore[no-untyped-def]
@@ -25,14 +25,14 @@ def test_transient_errors_are_retried_and_rolled_back_between_tries() -> None:
     down = sa.exc.OperationalError("SELECT 1", {}, Exception("connection refused"))
     fn, _ = _flaky([down, RedisConnectionError("reset"), down])
     rollbacks = []
-    assert retry.call(fn, deadline=10, what="t", on_retry=lambda: rollbacks.append(1)) == 4
+    assert transient.call(fn, deadline=10, what="t", between_tries=lambda: rollbacks.append(1)) == 4
     assert len(rollbacks) == 3
 
 
 def test_a_bad_statement_fails_at_once() -> None:
     fn, calls = _flaky([sa.exc.IntegrityError("INSERT", {}, Exception("duplicate key"))])
     with pytest.raises(sa.exc.IntegrityError):
-        retry.call(fn, deadline=10, what="t")
+        transient.call(fn, deadline=10, what="t")
     assert len(calls) == 1
 
 
@@ -41,5 +41,5 @@ def test_the_last_error_is_raised_once_the_deadline_says_so() -> None:
     fn, calls = _flaky([down] * 100)
     tries = iter([False, False, True])
     with pytest.raises(sa.exc.OperationalError):
-        retry.call(fn, deadline=lambda: next(tries), what="t")
+        transient.call(fn, deadline=lambda: next(tries), what="t")
     assert len(calls) == 3

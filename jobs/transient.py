@@ -1,6 +1,6 @@
-"""Retrying database and Redis calls through a blip (a restart, a failover, a dropped connection).
+"""Database and Redis calls tried again through a blip (a restart, a failover, a dropped connection).
 
-Only errors a retry can cure are retried: a lost or refused connection, a timeout, SQLite's lock
+Only errors another try can cure are tried again: a lost or refused connection, a timeout, SQLite's lock
 contention. A constraint violation or a bad statement fails at once. The deadline is the caller's:
 the supervisor gives the time its lease has left, so it never retries past the point where the
 reconciler may hand the job to someone else.
@@ -35,11 +35,11 @@ def is_transient(exc: BaseException) -> bool:
 
 
 def call(fn: Callable[[], T], *, deadline: float | Callable[[], bool], what: str,
-         on_retry: Callable[[], None] | None = None) -> T:
+         between_tries: Callable[[], None] | None = None) -> T:
     """``fn()``, tried again on transient errors until ``deadline`` (seconds from now, or a predicate that says
     the time is up: a lease that may lapse); then the last error is raised.
 
-    ``on_retry`` runs before each new try (a session's rollback: its connection may be dead)."""
+    ``between_tries`` runs before each new try (a session's rollback: its connection may be dead)."""
     if callable(deadline):
         out_of_time = deadline
     else:
@@ -48,13 +48,13 @@ def call(fn: Callable[[], T], *, deadline: float | Callable[[], bool], what: str
 
     def before_sleep(state: RetryCallState) -> None:
         exc = state.outcome.exception() if state.outcome else None
-        log.warning("%s failed (%s: %s); retrying (try %d)", what, type(exc).__name__, str(exc).splitlines()[0] if exc else "",
+        log.warning("%s failed (%s: %s); trying again (try %d)", what, type(exc).__name__, str(exc).splitlines()[0] if exc else "",
                     state.attempt_number)
-        if on_retry is not None:
+        if between_tries is not None:
             try:
-                on_retry()
+                between_tries()
             except Exception:  # noqa: BLE001 - a rollback on a dead connection may fail too; the next try reconnects
-                log.debug("cleanup before retrying %s failed", what, exc_info=True)
+                log.debug("cleanup before trying %s again failed", what, exc_info=True)
 
     retrying = Retrying(
         retry=retry_if_exception(is_transient), stop=lambda _state: out_of_time(),
