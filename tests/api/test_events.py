@@ -88,7 +88,7 @@ def test_live_stream_follows_the_job_until_it_ends(client: TestClient, settings:
     job = client.post("/v1/jobs", json=mlp_spec()).json()
 
     def worker() -> None:
-        time.sleep(0.3)
+        time.sleep(1.0)  # after the stream's first read, which sees the job queued (a loaded machine takes its time)
         start_job(settings, job["id"])
         for seq in range(1, 4):
             time.sleep(0.1)
