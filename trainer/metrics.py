@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import math
+import os
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -13,6 +15,8 @@ import torch.distributed as dist
 from trainer.distributed import RankInfo
 from trainer.events import EventWriter
 from trainer.system_metrics import SystemSampler
+
+log = logging.getLogger(__name__)
 
 
 def memory_bytes(device: torch.device) -> int:
@@ -74,6 +78,8 @@ class MetricsReporter:
         self.peak = peak_flops(rank.device)
         self.system = SystemSampler(rank.device)
         self.agreed_step_time: float | None = None  # rank 0's last reported step time, equal on every rank
+        # Run by hand (``torchrun -m trainer``), rank 0 also logs each report: there is no service to show the metrics.
+        self.echo = rank.is_main and "TORCHYARD_JOB_ID" not in os.environ
         self._pending: _Pending | None = None
         self._completed: dict[str, float] = {}  # values of the last report completed, until train_step returns them
         events.before_emit = self.flush
@@ -145,6 +151,8 @@ class MetricsReporter:
             values["train/mfu"] = samples_per_s * self.flops_per_sample / (self.peak * self.rank.world_size)
         values.update(self._system_values(sampled, p.width))
         self.events.emit("metric", step=p.step, epoch=p.epoch, values=values, time=p.wall)
+        if self.echo:
+            log.info("step %d/%d  loss %.4f  %.0f samples/s", p.step, self.total_steps, loss_v, samples_per_s)
         self._completed = values
 
     def global_mean(self, value: torch.Tensor) -> float:

@@ -4,9 +4,11 @@ a metric event comes before any later event (checkpoint, eval, status) and is wr
 from __future__ import annotations
 
 import json
+import logging
 import time
 from pathlib import Path
 
+import pytest
 import torch
 
 from trainer.distributed import RankInfo
@@ -70,3 +72,23 @@ def test_the_next_step_returns_a_report_whether_or_not_an_event_completed_it_ear
         events.metric(2, 0, {"eval/loss": 0.3})  # completes it on the rank that writes events
         returned.append(sorted(_step(reporter, 3)))
     assert returned[0] == returned[1] and "train/loss" in returned[0]
+
+
+def test_run_by_hand_rank_0_logs_each_report_and_under_the_service_it_does_not(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.delenv("TORCHYARD_JOB_ID", raising=False)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    caplog.set_level(logging.INFO, logger="trainer.metrics")
+    by_hand = MetricsReporter(EventWriter(tmp_path / "a", enabled=True), RANK0, every=2, total_steps=4, global_batch=8)
+    for step in range(1, 5):
+        _step(by_hand, step)
+    lines = [r.getMessage() for r in caplog.records if r.name == "trainer.metrics"]
+    assert [line.split("  ")[:2] for line in lines] == [["step 2/4", "loss 0.5000"], ["step 4/4", "loss 0.2500"]]
+
+    caplog.clear()
+    monkeypatch.setenv("TORCHYARD_JOB_ID", "01job")  # the worker's ranks: metrics go to the service, not the log
+    served = MetricsReporter(EventWriter(tmp_path / "b", enabled=True), RANK0, every=2, total_steps=4, global_batch=8)
+    for step in range(1, 5):
+        _step(served, step)
+    assert not [r for r in caplog.records if r.name == "trainer.metrics"]
