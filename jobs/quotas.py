@@ -14,6 +14,7 @@ from sqlmodel import Session
 
 from jobs.hosts import HOLDING
 from jobs.models import Job, Quota, utcnow
+from jobs.schedule_view import placement_of
 
 
 @dataclass(frozen=True)
@@ -44,17 +45,16 @@ def delete_quota(session: Session, owner: str) -> bool:
 def usage(session: Session, owner: str | None = None) -> list[QuotaUse]:
     """Every owner with a quota or running jobs (``owner``: only that one), with what its running jobs hold."""
     held: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
-    query = sa.select(Job.owner, Job.placement, Job.borrowed).where(Job.status.in_(HOLDING))  # type: ignore[attr-defined]
+    query = sa.select(Job.id, Job.owner, Job.placement, Job.borrowed).where(Job.status.in_(HOLDING))  # type: ignore[attr-defined]
     quotas = sa.select(Quota)
     if owner is not None:
         query, quotas = query.where(Job.owner == owner), quotas.where(Quota.owner == owner)
-    for job_owner, placement, borrowed in session.exec(query).all():  # type: ignore[call-overload]
-        gpus = sum(len(n.get("gpus") or ()) for n in placement or ())
-        slots = sum(int(n.get("cpu_slots") or 0) for n in placement or ())
+    for job_id, job_owner, placement, borrowed in session.exec(query).all():  # type: ignore[call-overload]
+        nodes = placement_of(job_id, placement or [])  # the scheduler's reading of the placement JSON
         row = held[job_owner]
-        row[0] += gpus
-        row[1] += slots
-        row[2] += gpus if borrowed else 0
+        row[0] += nodes.gpu_count
+        row[1] += nodes.cpu_count
+        row[2] += nodes.gpu_count if borrowed else 0
     rows = {q.owner: q for q in session.exec(quotas).scalars()}  # type: ignore[call-overload]
     session.commit()
     return [QuotaUse(o, rows[o].gpus if o in rows else None, rows[o].cpu_slots if o in rows else None, *held[o])
