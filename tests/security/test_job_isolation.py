@@ -246,6 +246,8 @@ def attack(isolated: Isolated) -> dict[str, Any]:
         victim = _submit(bob, {"kind": "script", "name": "victim", "entrypoint": "sleeper.py", "secrets": {"HF_TOKEN": secret}})
         victim_job = _wait(bob, victim, {"running"})
         victim_uid = wait_until(lambda: _uid_of_secret_holder(secret), 60, what="B's rank to hold its secret")
+        # A job reads `running` from its placement on; its run directory is named when its worker adopts it.
+        victim_job = bob.get(f"/v1/jobs/{victim}").json()
         runs = isolated.settings.runs_dir
         args = [victim_job["run_dir"], str(runs), str(isolated.db_file), str(isolated.settings.code_dir),
                 str(isolated.redis_server.port), hashlib.sha256(secret.encode()).hexdigest()]

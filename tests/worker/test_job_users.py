@@ -194,7 +194,7 @@ def test_nothing_of_a_uid_outlives_its_attempt(tmp_path: Path) -> None:
     identity = JobIdentity(uid, cgroup)
     script = "setsid env -i sleep 300 & (sh -c 'sleep 300 &' &); exec sleep 300"
     proc = processes.spawn(["sh", "-c", script], {"PATH": os.defpath}, run, run / "launcher.log", identity=identity)
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 30  # three process starts, on a machine that may be busy
     while len(uid_processes(uid)) < 3 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert len(uid_processes(uid)) == 3  # three sleeps: the exec, the setsid one, the daemon
