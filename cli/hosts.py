@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
+import typer
 from rich.table import Table
 from rich.text import Text
 
+from cli.main import _dump, _echo_json, _settings, app, console, handles_errors
 from client import Host
 
 
@@ -30,3 +34,17 @@ def hosts_table(hosts: list[Host]) -> Table:
                       f"{h.cpu_slots.used}/{h.cpu_slots.total} used", f"{h.last_seen:%Y-%m-%d %H:%M:%S}" if h.last_seen else "-",
                       gpu_cells(h))
     return table
+
+
+@app.command()
+@handles_errors
+def hosts(ctx: typer.Context, as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
+    """List the workers' hosts: each GPU with the job that holds it, and CPU slots in use."""
+    items = _settings(ctx).client().hosts()
+    if as_json:
+        _echo_json([_dump(h) for h in items])
+        return
+    if not items:
+        console.print("no host has registered; start a worker (python -m worker)")
+        return
+    console.print(hosts_table(items))

@@ -4,9 +4,16 @@ from __future__ import annotations
 
 import re
 import shlex
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
+from typing import Annotated
 
+import typer
+from rich.markup import escape
+
+from cli.main import _settings, app, console, err, handles_errors
 from client import Client
 
 TB_PREFIX = "tensorboard/"
@@ -56,3 +63,29 @@ def command(logdir: Path, port: int | None) -> list[str]:
 
 def shell(cmd: list[str]) -> str:
     return " ".join(shlex.quote(part) for part in cmd)
+
+
+@app.command()
+@handles_errors
+def tensorboard(
+    ctx: typer.Context,
+    job_ids: Annotated[list[str], typer.Argument(help="Job ids.", show_default=False)],
+    logdir: Annotated[Path | None, typer.Option("--logdir", help="Where the event files go (one subdirectory per job); "
+                                                                 "default a new temporary directory.", show_default=False)] = None,
+    port: Annotated[int | None, typer.Option("--port", min=1, max=65535, help="TensorBoard's port; default its own (6006).",
+                                             show_default=False)] = None,
+    print_only: Annotated[bool, typer.Option("--print", help="Download, then print the tensorboard command instead of "
+                                                             "running it.")] = False,
+) -> None:
+    """Download the jobs' TensorBoard event files into one logdir and start TensorBoard on it."""
+    target = logdir if logdir is not None else Path(tempfile.mkdtemp(prefix="torchyard-tb-"))
+    written = download(_settings(ctx).client(), job_ids, target)
+    for job_id, files in written.items():
+        if not files:
+            err.print(f"[yellow]job {escape(job_id)} has no TensorBoard event files (yet)[/]")
+    cmd = command(target, port)
+    if print_only:
+        console.print(shell(cmd), markup=False)
+        return
+    err.print(f"TensorBoard on {escape(str(target))}: {escape(shell(cmd))}")
+    raise typer.Exit(subprocess.call(cmd))
