@@ -17,9 +17,12 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from api import methods
 from api.schemas import SSE_PAYLOADS, Problem
+from jobs.artifacts import FileUnavailable
+from jobs.job_control import JobConflict
+from jobs.job_lookup import JobNotFound
 from jobs.keys import KeyNotFound
 from jobs.limits import OverLimit
-from jobs.service import FileUnavailable, IdempotencyMismatch, JobConflict, JobNotFound
+from jobs.submission import IdempotencyMismatch
 from trainer.spec import JobSpec, ScriptJobSpec, SpecError
 from trainer.spec_messages import user_problems
 

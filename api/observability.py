@@ -15,7 +15,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session
 
-from jobs import service
+from jobs import job_stats
 
 log = logging.getLogger(__name__)
 
@@ -37,11 +37,11 @@ class JobsCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         try:
             with Session(self.engine) as session:
-                counts = service.status_counts(session)
-                depths = service.queue_depths(session)
-                ingested = service.events_ingested_total(session)
+                counts = job_stats.status_counts(session)
+                depths = job_stats.queue_depths(session)
+                ingested = job_stats.events_ingested_total(session)
                 with self._lock:
-                    latencies, self._dispatch_after = service.dispatches_after(session, self._dispatch_after)
+                    latencies, self._dispatch_after = job_stats.dispatches_after(session, self._dispatch_after)
                     for seconds in latencies:
                         self.dispatch.observe(seconds)
         except SQLAlchemyError as exc:

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StringConstraints
 
-from jobs import service
+from jobs import job_lookup, job_pages
 from jobs.models import ApiKey, Job, MetricPoint
 from trainer.spec import NAME_PATTERN
 
@@ -80,7 +80,7 @@ class JobOut(BaseModel):
         return cls._from_values(job.model_dump(), queue_position=queue_position, **detail)
 
     @classmethod
-    def summary(cls, item: service.JobSummary) -> JobOut:
+    def summary(cls, item: job_pages.JobSummary) -> JobOut:
         """A row of a job list: no full spec, no traceback or log tail (GET /v1/jobs/{id} has them)."""
         return cls._from_values({**item.values, "spec": item.spec}, secrets=item.secret_names)
 
@@ -94,7 +94,7 @@ class JobOut(BaseModel):
         return cls(**{**{k: v for k, v in data.items() if k not in hidden}, "error": error, **extra})
 
     @classmethod
-    def detail(cls, d: service.JobDetail) -> JobOut:
+    def detail(cls, d: job_lookup.JobDetail) -> JobOut:
         return cls._from_values(
             dict(d.values), queue_position=d.queue_position, waiting_reason=d.waiting_reason, nodes_needed=d.nodes_needed,
             workers_free=d.workers_free,
@@ -160,7 +160,7 @@ class CheckpointOut(BaseModel):
     )
 
     @classmethod
-    def of(cls, info: service.CheckpointInfo, job_id: str) -> CheckpointOut:
+    def of(cls, info: job_lookup.CheckpointInfo, job_id: str) -> CheckpointOut:
         ckpt = info.checkpoint
         weights_url = f"/v1/jobs/{job_id}/checkpoints/{ckpt.step}/weights" if info.has_weights else None
         return cls(step=ckpt.step, epoch=ckpt.epoch, path=info.path, created_at=ckpt.created_at, details=ckpt.details,

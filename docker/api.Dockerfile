@@ -45,7 +45,7 @@ COPY --from=build /wheels /tmp/wheels
 # Fail the build, not the first request, if the image is incomplete or torch slipped in.
 RUN pip install --no-cache-dir --no-deps /tmp/wheels/*.whl \
     && rm -rf /tmp/wheels \
-    && python -c "import api.app, jobs.service, trainer.spec" \
+    && python -c "import api.app, jobs.submission, trainer.spec" \
     && if python -c "import torch" 2>/dev/null; then echo "torch must not be in the api image" >&2; exit 1; fi
 
 USER 10001:10001

@@ -26,6 +26,10 @@ LAUNCHER_LOG = "launcher.log"
 _CHUNK = 64 * 1024
 
 
+class FileUnavailable(LookupError):
+    """A file the API would serve does not exist here, or lies outside the runs directory."""
+
+
 def job_dir(settings: Settings, job_id: str) -> Path:
     """The job's run directory as this process sees the runs volume."""
     return settings.runs_dir.resolve() / job_id

@@ -16,8 +16,9 @@ from pathlib import Path
 from sqlmodel import Session
 
 from jobs import artifacts
+from jobs.artifacts import FileUnavailable
+from jobs.job_lookup import checkpoints, get_job
 from jobs.models import Checkpoint
-from jobs.service import FileUnavailable, checkpoints, get_job
 from jobs.settings import Settings
 
 MAX_FILES = 10_000

@@ -1,4 +1,5 @@
-"""Which files answer ``GET /v1/jobs/{id}/logs``: every rank merged, one rank as printed, one stream, or torchrun's own.
+"""Which files answer ``GET /v1/jobs/{id}/logs``: every rank merged, one rank as printed, one stream, or torchrun's own;
+of which attempt, and when a followed log of it is complete.
 
 The ranks write them (trainer/rank_output.py) inside torchrun's log directory ``logs/attempt-<k>/``:
 
@@ -12,7 +13,13 @@ from __future__ import annotations
 import hashlib
 import re
 
+import sqlalchemy as sa
+from sqlmodel import Session
+
 from jobs import artifacts, cursors
+from jobs.artifacts import FileUnavailable
+from jobs.job_lookup import get_job
+from jobs.models import Job, Status
 from jobs.settings import Settings
 from trainer.rank_output import MERGED_LOG, OUTPUT_LOG
 
@@ -26,6 +33,22 @@ def describe(rank: str | None, stream: str | None) -> str:
     if rank == LAUNCHER:
         return "launcher log"
     return f"rank {rank} {stream or 'output'}"
+
+
+def job_log(session: Session, settings: Settings, owner: str, job_id: str, attempt: int | None) -> tuple[Job, int]:
+    """The job and the attempt whose logs are wanted (default: the current one)."""
+    job = get_job(session, owner, job_id)
+    attempt = job.attempt if attempt is None else attempt
+    if attempt > job.attempt:
+        raise FileUnavailable(f"job {job_id} has no attempt {attempt} (current attempt {job.attempt})")
+    return job, attempt
+
+
+def log_follow_done(session: Session, job_id: str, attempt: int) -> bool:
+    """Whether a followed log of ``attempt`` is complete: the job finished or moved on to a later attempt."""
+    row = session.exec(sa.select(Job.status, Job.attempt).where(Job.id == job_id)).one()  # type: ignore[call-overload]
+    session.commit()  # end the read transaction so the next poll sees new commits
+    return Status(row.status).terminal or row.attempt > attempt
 
 
 def files(settings: Settings, job_id: str, attempt: int, rank: str | None, stream: str | None) -> list[str]:

@@ -183,7 +183,7 @@ class Lease(SQLModel, table=True):
 class OwnerCounter(SQLModel, table=True):
     """An owner's queued jobs, counted as they change, so the queued-job cap is one conditional UPDATE of this row
     instead of a COUNT under a per-owner lock. Moved in the same transaction as every insert of a queued job
-    (jobs.service) and every status change into or out of ``queued`` (jobs.states.transition)."""
+    (jobs.submission) and every status change into or out of ``queued`` (jobs.states.transition)."""
 
     __tablename__ = "owner_counters"
 

@@ -25,7 +25,7 @@ from api import ranges
 from api.auth import PrincipalDep
 from api.deps import SessionDep, SettingsDep
 from api.errors import responses
-from jobs import artifacts, service, workdir_files
+from jobs import artifacts, job_lookup, workdir_files
 
 router = APIRouter(prefix="/v1/jobs", tags=["artifacts"])
 
@@ -51,7 +51,7 @@ class ArtifactList(BaseModel):
 @router.get("/{job_id}/artifacts", response_model=ArtifactList,
             summary="Files under the run's artifacts/ directory and those the job wrote in its working directory, by path")
 def list_artifacts(job_id: JobId, principal: PrincipalDep, session: SessionDep, settings: SettingsDep) -> ArtifactList:
-    job = service.get_job(session, principal.owner, job_id)
+    job = job_lookup.get_job(session, principal.owner, job_id)
     run_dir = artifacts.job_dir(settings, job.id)
     found = artifacts.list_artifacts(run_dir, artifacts.MAX_LISTED + 1)
     written = workdir_files.list_written(run_dir, artifacts.MAX_LISTED + 1)
@@ -67,7 +67,7 @@ def list_artifacts(job_id: JobId, principal: PrincipalDep, session: SessionDep, 
             summary="Download one file of the run's artifacts/ directory, or workdir/<path> the job wrote")
 def get_artifact(job_id: JobId, path: ArtifactPath, principal: PrincipalDep, session: SessionDep,
                  settings: SettingsDep, range_header: ranges.RangeHeader = None) -> StreamingResponse:
-    job = service.get_job(session, principal.owner, job_id)
+    job = job_lookup.get_job(session, principal.owner, job_id)
     run_dir = artifacts.job_dir(settings, job.id)
     try:
         f = artifacts.open_artifact(run_dir, path)
@@ -75,7 +75,7 @@ def get_artifact(job_id: JobId, path: ArtifactPath, principal: PrincipalDep, ses
         try:
             f = workdir_files.open_written(run_dir, path)
         except FileNotFoundError:
-            raise service.FileUnavailable(f"job {job_id} has no artifact {path!r}") from None
+            raise artifacts.FileUnavailable(f"job {job_id} has no artifact {path!r}") from None
     size = os.fstat(f.fileno()).st_size
     name = _SAFE_NAME.sub("_", path.rsplit("/", 1)[-1])
     media = mimetypes.guess_type(name)[0] if not name.endswith(".gz") else "application/gzip"

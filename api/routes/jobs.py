@@ -16,7 +16,7 @@ from api.deps import RedisDep, SessionDep, SettingsDep
 from api.errors import invalid, responses
 from api.job_reader import JobReader
 from api.schemas import CheckpointList, CheckpointOut, JobList, JobOut, MetricList, MetricOut
-from jobs import bundles, checkpoint_archive, cursors, scheduler, service
+from jobs import bundles, checkpoint_archive, cursors, job_control, job_lookup, job_pages, scheduler, submission, weights_file
 from jobs.models import Status
 from trainer.spec import LABEL_KEY_PATTERN, AnySpec, SpecError, SpecProblem, spec_problems
 
@@ -53,12 +53,12 @@ def submit_job(
                  if (field,) not in seen]
     if problems:
         raise SpecError(problems)
-    sub = service.submit(session, redis, principal.owner, spec, idempotency_key=idempotency_key, settings=settings)
+    sub = submission.submit(session, redis, principal.owner, spec, idempotency_key=idempotency_key, settings=settings)
     if sub.replayed:
         response.headers["Idempotent-Replayed"] = "true"
     else:
         scheduler.nudge(redis)
-    return JobOut.detail(service.job_detail(session, redis, settings, principal.owner, sub.job.id))
+    return JobOut.detail(job_lookup.job_detail(session, redis, settings, principal.owner, sub.job.id))
 
 
 # A label filter: a key as labels have them (trainer.spec.LABEL_KEY_PATTERN), '=', any value.
@@ -88,7 +88,7 @@ def list_jobs(
                                         description="A next_cursor this server returned.")] = None,
 ) -> JobList:
     try:
-        page = service.list_jobs(session, principal.owner, status=status, name=name, labels=_labels(label), limit=limit, cursor=cursor)
+        page = job_pages.list_jobs(session, principal.owner, status=status, name=name, labels=_labels(label), limit=limit, cursor=cursor)
     except cursors.MalformedCursor as exc:
         raise invalid("query", "cursor", str(exc)) from exc
     return JobList(items=[JobOut.summary(j) for j in page.items], next_cursor=page.next_cursor)
@@ -101,33 +101,33 @@ async def get_job(job_id: JobId, principal: PrincipalDep, request: Request) -> R
     reader: JobReader = state.job_reader
     rows = await reader.read(job_id)  # in the event loop: cheaper than a hop to a thread (api.job_reader)
     if rows is None or rows.values["owner"] != principal.owner:
-        raise service.JobNotFound(job_id)  # another owner's job is indistinguishable from a missing one
+        raise job_lookup.JobNotFound(job_id)  # another owner's job is indistinguishable from a missing one
     # A queued job's place and waiting reason are stored by the scheduler: every status reads the same way.
-    return _detail_response(service.detail_of(rows, None, state.redis, state.settings))
+    return _detail_response(job_lookup.detail_of(rows, None, state.redis, state.settings))
 
 
-def _detail_response(detail: service.JobDetail) -> Response:
+def _detail_response(detail: job_lookup.JobDetail) -> Response:
     # Serialised here, once, by pydantic-core: returning the model would validate it again against response_model.
     return Response(JobOut.detail(detail).model_dump_json().encode(), media_type="application/json")
 
 
 @router.post("/{job_id}/cancel", response_model=JobOut, summary="Cancel a queued or running job", responses=responses(409))
 def cancel_job(job_id: JobId, principal: PrincipalDep, session: SessionDep, redis: RedisDep) -> JobOut:
-    job = service.request_cancel(session, redis, principal.owner, job_id)
-    return JobOut.of(job, secrets=service.secret_names(session, job.id))
+    job = job_control.request_cancel(session, redis, principal.owner, job_id)
+    return JobOut.of(job, secrets=job_lookup.secret_names(session, job.id))
 
 
 @router.delete("/{job_id}", status_code=204, response_class=Response, responses=responses(409),
                summary="Delete a finished job: its rows and its run directory (409 while queued or running)")
 def delete_job(job_id: JobId, principal: PrincipalDep, session: SessionDep, settings: SettingsDep) -> Response:
-    service.delete_job(session, settings, principal.owner, job_id)
+    job_control.delete_job(session, settings, principal.owner, job_id)
     return Response(status_code=204)
 
 
 @router.post("/{job_id}/retry", status_code=201, response_model=JobOut, responses=responses(409, 429),
              summary="Run a finished job again, from its latest checkpoint, as a new job")
 def retry_job(job_id: JobId, principal: PrincipalDep, session: SessionDep, redis: RedisDep, settings: SettingsDep) -> JobOut:
-    old = service.get_job(session, principal.owner, job_id)  # 404 before the cap: another owner's job says nothing
+    old = job_lookup.get_job(session, principal.owner, job_id)  # 404 before the cap: another owner's job says nothing
     # The queue may have been removed, or the key narrowed, since the job was submitted.
     why = (None if old.queue in settings.queues else f"queue {old.queue!r} no longer exists; this service has: "
            f"{', '.join(settings.queues)}")
@@ -136,9 +136,9 @@ def retry_job(job_id: JobId, principal: PrincipalDep, session: SessionDep, redis
                  if not (why and field == "queue")]
     if problems:
         raise SpecError(problems)
-    job = service.retry(session, redis, principal.owner, job_id, settings.max_queued_per_owner)  # a new queued job
+    job = submission.retry(session, redis, principal.owner, job_id, settings.max_queued_per_owner)  # a new queued job
     scheduler.nudge(redis)
-    return JobOut.detail(service.job_detail(session, redis, settings, principal.owner, job.id))
+    return JobOut.detail(job_lookup.job_detail(session, redis, settings, principal.owner, job.id))
 
 
 @router.get("/{job_id}/metrics", response_model=MetricList, summary="Metric points, ordered by step")
@@ -153,9 +153,9 @@ def get_metrics(
     cursor: Annotated[str | None, Query(pattern=cursors.METRIC_CURSOR,
                                         description="A next_cursor this server returned.")] = None,
 ) -> MetricList:
-    service.get_job(session, principal.owner, job_id)
+    job_lookup.get_job(session, principal.owner, job_id)
     try:
-        page = service.metric_points(session, job_id, names=name, since_step=since_step, limit=limit, cursor=cursor)
+        page = job_pages.metric_points(session, job_id, names=name, since_step=since_step, limit=limit, cursor=cursor)
     except cursors.MalformedCursor as exc:
         raise invalid("query", "cursor", str(exc)) from exc
     return MetricList(items=[MetricOut.of(p) for p in page.items], next_cursor=page.next_cursor)
@@ -163,11 +163,11 @@ def get_metrics(
 
 @router.get("/{job_id}/checkpoints", response_model=CheckpointList, summary="Saved checkpoints with their sizes, oldest first")
 def get_checkpoints(job_id: JobId, principal: PrincipalDep, session: SessionDep, settings: SettingsDep) -> CheckpointList:
-    job = service.get_job(session, principal.owner, job_id)
-    return CheckpointList(items=[CheckpointOut.of(info, job.id) for info in service.checkpoint_infos(session, settings, job)])
+    job = job_lookup.get_job(session, principal.owner, job_id)
+    return CheckpointList(items=[CheckpointOut.of(info, job.id) for info in job_lookup.checkpoint_infos(session, settings, job)])
 
 
-def _weights_response(job_id: str, step: int, opened: service.OpenedFile, range_header: str | None) -> StreamingResponse:
+def _weights_response(job_id: str, step: int, opened: weights_file.OpenedFile, range_header: str | None) -> StreamingResponse:
     # Served from the descriptor opened under the run directory: the path is never looked up again.
     name = _SAFE_NAME.sub("_", f"{job_id}-step{step}-{opened.name}")
     return ranges.file_response(opened.file, opened.size, name, "application/octet-stream", range_header)
@@ -177,7 +177,7 @@ def _weights_response(job_id: str, step: int, opened: service.OpenedFile, range_
             summary="Download the consolidated weights of the latest checkpoint that has them (the final one)")
 def get_final_weights(job_id: JobId, principal: PrincipalDep, session: SessionDep, settings: SettingsDep,
                       range_header: ranges.RangeHeader = None) -> StreamingResponse:
-    ckpt, opened = service.weights_file(session, settings, principal.owner, job_id)
+    ckpt, opened = weights_file.weights_file(session, settings, principal.owner, job_id)
     return _weights_response(job_id, ckpt.step, opened, range_header)
 
 
@@ -187,7 +187,7 @@ def get_checkpoint_weights(
     job_id: JobId, step: Annotated[int, Path(ge=0, le=2**62)], principal: PrincipalDep, session: SessionDep, settings: SettingsDep,
     range_header: ranges.RangeHeader = None,
 ) -> StreamingResponse:
-    ckpt, opened = service.weights_file(session, settings, principal.owner, job_id, step)
+    ckpt, opened = weights_file.weights_file(session, settings, principal.owner, job_id, step)
     return _weights_response(job_id, ckpt.step, opened, range_header)
 
 

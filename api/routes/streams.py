@@ -30,7 +30,7 @@ from api.auth import PrincipalDep, still_authorized
 from api.errors import invalid, responses
 from api.schemas import sse_event_schema
 from api.stream_slots import StreamSlots
-from jobs import artifacts, cursors, feed, service
+from jobs import artifacts, cursors, feed, job_lookup
 from jobs import job_logs as job_logs_files
 from jobs.settings import Settings
 
@@ -75,7 +75,7 @@ async def job_events(
 ) -> EventSourceResponse:
     engine: Engine = request.app.state.engine
     settings: Settings = request.app.state.settings
-    job = await run_in_threadpool(_in_session, engine, service.get_job, principal.owner, job_id)
+    job = await run_in_threadpool(_in_session, engine, job_lookup.get_job, principal.owner, job_id)
     raw = last_event_id_header or last_event_id
     try:
         cursor = feed.Cursor.parse(raw) if raw else None
@@ -171,7 +171,7 @@ async def job_logs(
     settings: Settings = request.app.state.settings
     if stream is not None and (rank is None or rank == job_logs_files.LAUNCHER):
         raise invalid("query", "stream", "needs a rank number; the merged and launcher logs are one stream")
-    job, attempt = await run_in_threadpool(_in_session, engine, service.job_log, settings, principal.owner, job_id, attempt)
+    job, attempt = await run_in_threadpool(_in_session, engine, job_logs_files.job_log, settings, principal.owner, job_id, attempt)
     what = job_logs_files.describe(rank, stream)
     resume = job_logs_files.decode_position(position) if position is not None else None  # the pattern has checked it
 
@@ -186,7 +186,7 @@ async def job_logs(
     # Each file opened once, without following a symlink anywhere; from here on only the descriptors are read.
     opened = await run_in_threadpool(_open_logs, settings, job.id, await run_in_threadpool(locate))
     if not opened and not follow:
-        raise service.FileUnavailable(f"job {job_id} has no {what} for attempt {attempt} (yet)")
+        raise artifacts.FileUnavailable(f"job {job_id} has no {what} for attempt {attempt} (yet)")
     headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no", "X-Log-Attempt": str(attempt)}
     if not follow:
         ranges = []
@@ -211,7 +211,7 @@ async def job_logs(
                     log.info("job %s: log stream ended, its API key is no longer valid", job_id, extra={"job_id": job_id})
                     return
                 # Done is read before the files: the supervisor finishes writing before the status changes.
-                done = await run_in_threadpool(_in_session, engine, service.log_follow_done, job.id, attempt)
+                done = await run_in_threadpool(_in_session, engine, job_logs_files.log_follow_done, job.id, attempt)
                 current = await run_in_threadpool(locate)  # a torchrun restart moves a rank to a new file
                 for relative in set(handles) - set(current):
                     handles.pop(relative).close()

@@ -21,7 +21,7 @@ from redis import Redis
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session
 
-from jobs import cursors, service
+from jobs import cursors, job_control, job_lookup, submission
 from jobs.models import Job, Status, Sweep, SweepTrial, utcnow
 from jobs.sweeps.sampling import params_of
 from jobs.sweeps.spec import Choice, IntRange, SweepSpec, set_path, trial_spec
@@ -35,7 +35,7 @@ ACTIVE = "running"
 ENDED = ("succeeded", "failed", "cancelled")
 
 
-class SweepNotFound(service.JobNotFound):
+class SweepNotFound(job_lookup.JobNotFound):
     """A 404, as for jobs (the API answers a missing job and a missing sweep alike)."""
 
     def __init__(self, sweep_id: str):
@@ -103,7 +103,7 @@ def _located(sweep: SweepSpec, problem: SpecProblem) -> SpecProblem:
 
 def create(session: Session, owner: str, sweep: SweepSpec, idempotency_key: str | None = None) -> tuple[Sweep, bool]:
     """Record the sweep; returns it and whether an earlier request with the same ``idempotency_key`` made it
-    (service.IdempotencyMismatch when that request had another body)."""
+    (submission.IdempotencyMismatch when that request had another body)."""
     body = sweep.model_dump(mode="json")
     digest = hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
     if idempotency_key and (earlier := _by_key(session, owner, idempotency_key, digest)):
@@ -126,7 +126,7 @@ def create(session: Session, owner: str, sweep: SweepSpec, idempotency_key: str 
 def _by_key(session: Session, owner: str, key: str, digest: str) -> Sweep | None:
     row = session.exec(sa.select(Sweep).where(Sweep.owner == owner, Sweep.idempotency_key == key)).scalars().first()  # type: ignore[call-overload]
     if row is not None and not hmac.compare_digest(row.request_hash or "", digest):
-        raise service.IdempotencyMismatch(f"Idempotency-Key {key!r} was already used with a different request body (sweep {row.id})")
+        raise submission.IdempotencyMismatch(f"Idempotency-Key {key!r} was already used with a different request body (sweep {row.id})")
     return row
 
 
@@ -164,16 +164,16 @@ def cancel(session: Session, redis: Redis, owner: str, sweep_id: str) -> Sweep:
     """Stop the sweep: no more trials, and every trial still queued or running is cancelled."""
     row = get(session, owner, sweep_id)
     if row.status != ACTIVE:
-        raise service.JobConflict(f"sweep {sweep_id} is already {row.status}")
+        raise job_control.JobConflict(f"sweep {sweep_id} is already {row.status}")
     done = session.exec(sa.update(Sweep).where(Sweep.id == sweep_id, Sweep.status == ACTIVE).values(  # type: ignore[call-overload]
         status="cancelled", finished_at=utcnow(), updated_at=utcnow(), message="cancelled by user")).rowcount == 1
     session.commit()
     if not done:
-        raise service.JobConflict(f"sweep {sweep_id} finished meanwhile")
+        raise job_control.JobConflict(f"sweep {sweep_id} finished meanwhile")
     for trial, status in trials(session, sweep_id):
         if trial.job_id and status in (Status.QUEUED.value, Status.RUNNING.value):
-            with contextlib.suppress(service.JobConflict):  # it finished meanwhile
-                service.request_cancel(session, redis, owner, trial.job_id)
+            with contextlib.suppress(job_control.JobConflict):  # it finished meanwhile
+                job_control.request_cancel(session, redis, owner, trial.job_id)
         if trial.state not in ENDED and trial.state != "stopped":
             session.exec(sa.update(SweepTrial).where(SweepTrial.sweep_id == sweep_id, SweepTrial.number == trial.number)  # type: ignore[call-overload]
                          .values(state="cancelled", updated_at=utcnow()))

@@ -6,7 +6,7 @@ from fastapi.testclient import TestClient
 from redis import Redis
 
 from api.schemas import AttemptOut, JobOut, TransitionOut
-from jobs import hosts, leader, service
+from jobs import hosts, job_lookup, leader
 from jobs.models import Status
 from jobs.scheduler import run_pass
 from jobs.settings import Settings
@@ -113,10 +113,10 @@ def test_detail_attempts_and_transitions_are_the_stored_rows(client: TestClient,
     finish_job(settings, job_id)
     detail = client.get(f"/v1/jobs/{job_id}").json()
     with session_of(settings) as s:
-        attempts = [AttemptOut.model_validate(a, from_attributes=True).model_dump(mode="json") for a in service.attempts(s, job_id)]
+        attempts = [AttemptOut.model_validate(a, from_attributes=True).model_dump(mode="json") for a in job_lookup.attempts(s, job_id)]
         transitions = [TransitionOut.model_validate(t, from_attributes=True).model_dump(mode="json")
-                       for t in service.transitions(s, job_id)]
-        job = service.get_job(s, "admin", job_id)
+                       for t in job_lookup.transitions(s, job_id)]
+        job = job_lookup.get_job(s, "admin", job_id)
     assert detail["attempts"] == attempts and detail["transitions"] == transitions
     assert detail["updated_at"] == JobOut.of(job).model_dump(mode="json")["updated_at"]
     assert all(t["at"].endswith("Z") for t in detail["transitions"])

@@ -14,7 +14,7 @@ import pytest
 import sqlalchemy as sa
 from sqlmodel import Session
 
-from jobs import feed, service
+from jobs import feed, job_lookup, job_pages
 from jobs.db import get_engine
 from jobs.ingest import ingest_events
 from jobs.models import Job, Status
@@ -101,13 +101,13 @@ def job_with_history(settings: Settings) -> str:
 def test_stream_polls_and_metric_pages_are_index_ranges(settings: Settings, job_with_history: str) -> None:
     engine = get_engine(settings.database_url)
     with Session(engine, expire_on_commit=False) as session, _captured(engine) as seen:
-        job = service.get_job(session, "admin", job_with_history)
+        job = job_lookup.get_job(session, "admin", job_with_history)
         first = feed.snapshot(session, job)
         fresh = feed.poll(session, job.id, feed.Cursor.parse(first.id))  # a new stream: the first batch only
         late = feed.poll(session, job.id, feed.Cursor(0, 1990))  # a caught-up stream: the few new rows
-        page = service.metric_points(session, job.id, limit=100)
-        service.metric_points(session, job.id, limit=100, cursor=page.next_cursor)
-        service.metric_points(session, job.id, names=["train/loss"], since_step=1500, limit=100)
+        page = job_pages.metric_points(session, job.id, limit=100)
+        job_pages.metric_points(session, job.id, limit=100, cursor=page.next_cursor)
+        job_pages.metric_points(session, job.id, names=["train/loss"], since_step=1500, limit=100)
     # What the polls sent: the new stream a full batch, the caught-up one only what came after its cursor.
     assert len(fresh.messages) == feed.BATCH and fresh.more
     assert sorted(m.event for m in late.messages) == ["checkpoint"] * 20 + ["metric"] * 10 + ["status"]
