@@ -40,6 +40,9 @@ REPO = Path(__file__).resolve().parent.parent
 SIZES: dict[str, dict[str, Any]] = {
     "cuda": {"model": {"n_layer": 6, "n_head": 6, "n_embd": 384, "block_size": 256}, "batch": 32, "samples": 4096,
              "steps": 300, "resume_steps": 400, "log_every": 10, "run_cap_s": 90, "child_cap_s": 60, "budget_s": 250},
+    # GPT-2 small's width and depth: enough work per step that bf16's tensor cores, not the host, set the pace.
+    "cuda-large": {"model": {"n_layer": 12, "n_head": 12, "n_embd": 768, "block_size": 512}, "batch": 16, "samples": 4096,
+                   "steps": 150, "resume_steps": 200, "log_every": 10, "run_cap_s": 120, "child_cap_s": 60, "budget_s": 250},
     "cpu": {"model": {"n_layer": 2, "n_head": 2, "n_embd": 32, "block_size": 32}, "batch": 8, "samples": 256,
             "steps": 40, "resume_steps": 60, "log_every": 5, "run_cap_s": 180, "child_cap_s": 90, "budget_s": 1200},
 }
@@ -50,8 +53,8 @@ GPU_METRICS = ("sys/gpu_util", "sys/gpu_mem_used", "sys/gpu_mem_total")
 class Check:
     """The parts, their checks and failures; DIR/gpu.json is rewritten after every part so a killed run leaves its results."""
 
-    def __init__(self, out: Path, device: str, budget_s: float):
-        self.out, self.device, self.size = out, device, SIZES[device]
+    def __init__(self, out: Path, device: str, budget_s: float, size: str | None = None):
+        self.out, self.device, self.size = out, device, SIZES[size or device]
         self.deadline = time.monotonic() + budget_s
         self.work = Path(tempfile.mkdtemp(prefix="torchyard-gpu-"))  # run dirs stay out of DIR: checkpoints must not come back
         self.results: dict[str, Any] = {"device": device, "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "size": self.size,
@@ -360,6 +363,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     p.add_argument("--out", type=Path, help="where gpu.json, gpu.log, logs.txt and events.txt go")
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    p.add_argument("--size", choices=tuple(SIZES), help="model and run length (default: the device's own)")
     p.add_argument("--budget-s", type=float, help="no part starts after this; keep it under any outer timeout (250 cuda, 1200 cpu)")
     p.add_argument("--child", choices=("env", "load"), help=argparse.SUPPRESS)
     p.add_argument("--run-dir", help=argparse.SUPPRESS)
@@ -377,7 +381,8 @@ def main(argv: list[str] | None = None) -> int:
                         handlers=[logging.StreamHandler(sys.stdout), logging.FileHandler(args.out / "gpu.log", mode="w")])
     # An outer `timeout` sends SIGTERM: unwind through the finally blocks, so the trainer is stopped and the table written.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    check = Check(args.out, args.device, args.budget_s or SIZES[args.device]["budget_s"])
+    size = args.size or args.device
+    check = Check(args.out, args.device, args.budget_s or SIZES[size]["budget_s"], size)
     started = time.monotonic()
     try:
         check.part("env", check.environment)
