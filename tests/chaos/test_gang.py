@@ -117,10 +117,11 @@ def test_killing_a_node_worker_resumes_the_gang_elsewhere(services: Services, se
         job = services.wait_status(client, job_id, TERMINAL, timeout_s=150)
         assert_finished(client, job, 24, 2)
     tries = attempts(settings, job_id)
-    # Lost, then resumed to the end. On a loaded machine with this module's 3 s lease a placement the rescuer has not
-    # adopted in time may lapse once more (another "lost", no retry spent); nothing else may happen in between.
+    # Lost, then resumed to the end. On a loaded machine with this module's 3 s lease a placement may lapse once more
+    # before its nodes adopt it ("lost") or start ("not_started"), each costing no retry; nothing else may happen between.
     outcomes = [a.outcome for a in tries]
-    assert outcomes[0] == "lost" and outcomes[-1] == "succeeded" and set(outcomes[1:-1]) <= {"lost"} and len(tries) <= 3
+    assert outcomes[0] == "lost" and outcomes[-1] == "succeeded", outcomes
+    assert set(outcomes[1:-1]) <= {"lost", "not_started"} and len(tries) <= 4, outcomes
     assert tries[-1].resumed_from_step is not None and tries[-1].resumed_from_step >= 5
 
 

@@ -138,7 +138,9 @@ def test_a_backfilled_job_never_delays_the_job_the_host_is_reserved_for(services
     services.start_api()
     services.start_worker("gpu-box", TORCHYARD_WORKER_GPUS="2")
     with services.client() as client:
-        first = hold_job(client, 1, out=out, timeout_s=40)
+        # Its timeout sets when the host is reserved for the head job: far enough off that a busy machine's slow starts
+        # cannot reach it before the checks below (the test releases it by hand long before).
+        first = hold_job(client, 1, out=out, timeout_s=240)
         services.wait_status(client, first, {"running"}, timeout_s=60)
         head = hold_job(client, 2, out=out)
         # Ends before the head job could start (the first job's timeout): it backfills the idle GPU.
