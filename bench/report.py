@@ -146,6 +146,11 @@ def rows(results: dict[str, Any]) -> list[Row]:
                             "(same curves)",
                             f"GPU-hours {_r(late['gpu_hours full/asha'])} fewer; best {_n(100 * late['best gap'], 2)}% below",
                             f"best {cfg['metric']} {_n(late['best'], 4)}"))
+            for b, x in res.get("asha_brackets", {}).items():
+                out.append(("12 sweeps", f"{task}: asynchronous Hyperband, {b} brackets (same curves)",
+                            f"GPU-hours {_r(x['gpu_hours full/asha'])} fewer; best {_n(100 * x['best gap'], 2)}% below",
+                            f"best {cfg['metric']} {_n(x['best'], 4)} (bracket {x['best_bracket']}, ranks {x['pick_rank_in_full']} "
+                            f"of {cfg['trials']}); {x['launches']} launches, {x['steps']:,} steps"))
             corr = ", ".join(f"{k}: {_n(v, 2)}" for k, v in res["rung_rank_correlation"].items())
             out.append(("12 sweeps", f"{task}: ASHA against the full search", f"GPU-hours {_r(r['gpu_hours full/asha'])} fewer; "
                         f"best {_n(100 * r['best gap'], 2)}% below",

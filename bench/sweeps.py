@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import REPO, Ctx, bench_env
-from jobs.sweeps.asha import TrialState, decide
+from jobs.sweeps.asha import TrialState, bracket_of, decide
 from jobs.sweeps.sampling import params_of
 from jobs.sweeps.spec import SweepSpec, trial_spec
 
@@ -41,12 +41,13 @@ TASKS = {"10 classes": {"samples": 4096, "features": 32, "classes": 10, "eval_sa
          "4 classes": {"samples": 2048, "features": 16, "classes": 4, "eval_samples": 1024}}
 
 
-def sweep_spec(task: dict[str, Any] | None = None, min_resource: int | None = None, rungs: int | None = None) -> SweepSpec:
+def sweep_spec(task: dict[str, Any] | None = None, min_resource: int | None = None, rungs: int | None = None,
+               brackets: int = 1) -> SweepSpec:
     return SweepSpec.model_validate({
         "name": "bench", "method": "asha", "metric": CONFIG["metric"], "mode": CONFIG["mode"], "max_trials": CONFIG["trials"],
         "max_concurrent_trials": CONFIG["slots"], "seed": CONFIG["seed"],
         "asha": {"min_resource": min_resource or CONFIG["min_resource"], "reduction_factor": CONFIG["eta"],
-                 "rungs": rungs or CONFIG["rungs"]},
+                 "rungs": rungs or CONFIG["rungs"], "brackets": brackets},
         "space": {"train.lr": {"type": "loguniform", "low": 1e-4, "high": 0.3},
                   "model.args.hidden": {"type": "choice", "values": [16, 64, 256]}},
         "spec": {"name": "bench", "model": {"name": "mlp"}, "parallel": {"nproc_per_node": 1, "device": "cpu"},
@@ -90,7 +91,7 @@ def asha_search(curves: list[dict[int, float]], sweep: SweepSpec) -> dict[str, A
     assert sweep.asha is not None
     a = sweep.asha
     step = {n: 0 for n in range(len(curves))}
-    allowed = {n: 0 for n in range(len(curves))}
+    allowed = {n: bracket_of(n, a.brackets) for n in range(len(curves))}
     values: dict[int, dict[int, float]] = {n: {} for n in range(len(curves))}
     ended: set[int] = set()
     paused: set[int] = set()
@@ -108,7 +109,7 @@ def asha_search(curves: list[dict[int, float]], sweep: SweepSpec) -> dict[str, A
         free = CONFIG["slots"] - len(running)
         states = [TrialState(n, dict(values[n]), allowed[n], paused=n in paused, ended=n in ended) for n in range(created)]
         d = decide(states, eta=a.reduction_factor, rungs=a.rungs, mode=sweep.mode, all_created=created >= len(curves),
-                   free_slots=free)
+                   free_slots=free, brackets=a.brackets)
         for n, rung in d.promote:
             paused.discard(n)
             allowed[n] = rung + 1
@@ -130,7 +131,8 @@ def asha_search(curves: list[dict[int, float]], sweep: SweepSpec) -> dict[str, A
     return {"gpu_hours": gpu_s / 3600, "wall_h": now / 3600, "best": finished[best_trial], "best_trial": best_trial,
             "steps": sum(step.values()), "launches": launches, "reached_last_rung": len(finished),
             "stopped_by_rung": {str(r): sum(1 for n in range(len(curves)) if n not in finished and max(values[n]) == r)
-                                for r in range(a.rungs - 1)}}
+                                for r in range(a.rungs - 1)},
+            "best_bracket": bracket_of(best_trial, a.brackets)}
 
 
 def spearman(xs: list[float], ys: list[float]) -> float:
@@ -152,10 +154,21 @@ def sweeps(ctx: Ctx) -> dict[str, Any]:
         res = out["tasks"][name] = search(ctx.work / "sweeps" / name.replace(" ", "-"), sweep_spec(task))
         res["data"] = task
         curves = [{int(k): v for k, v in res["curves"][str(n)].items()} for n in range(CONFIG["trials"])]
-        late = asha_search(curves, sweep_spec(task, **LATE_START))
-        res["asha_late_start"] = {**late, **LATE_START, "gpu_hours full/asha": res["full"]["gpu_hours"] / late["gpu_hours"],
-                                  "best gap": (res["full"]["best"] - late["best"]) / res["full"]["best"]}
+        res["asha_late_start"] = {**replay(curves, sweep_spec(task, **LATE_START), res["full"]), **LATE_START}
+        # Asynchronous Hyperband on the same curves: every bracket count the rungs allow (1 is the ASHA above).
+        res["asha_brackets"] = {str(b): replay(curves, sweep_spec(task, brackets=b), res["full"])
+                                for b in range(2, CONFIG["rungs"] + 1)}
     return out
+
+
+def replay(curves: list[dict[int, float]], sweep: SweepSpec, full: dict[str, Any]) -> dict[str, Any]:
+    """One more ASHA replay on curves already measured, with its figures against the full search."""
+    assert sweep.asha is not None
+    got = asha_search(curves, sweep)
+    top = sweep.asha.max_resource
+    ranked = sorted(range(len(curves)), key=lambda n: -at(curves[n], top))
+    return {**got, "gpu_hours full/asha": full["gpu_hours"] / got["gpu_hours"],
+            "best gap": (full["best"] - got["best"]) / full["best"], "pick_rank_in_full": ranked.index(got["best_trial"]) + 1}
 
 
 def search(work: Path, sweep: SweepSpec) -> dict[str, Any]:

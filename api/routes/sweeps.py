@@ -14,7 +14,7 @@ from api.errors import responses
 from api.routes.jobs import IdempotencyKey
 from jobs import bundles, cursors
 from jobs.models import Sweep, SweepTrial
-from jobs.sweeps import store
+from jobs.sweeps import asha, store
 from jobs.sweeps.spec import SweepSpec
 from trainer.spec import SpecError
 
@@ -39,17 +39,19 @@ class TrialOut(BaseModel):
     params: dict[str, Any]
     rung: int | None  # the highest rung reached
     allowed_rung: int
+    bracket: int | None  # asha: its bracket, also the first rung it pauses at; None for grid and random
     rung_values: dict[str, float]
     last_value: float | None
     best_value: float | None
     last_step: int | None
 
     @classmethod
-    def of(cls, row: SweepTrial, job_status: str | None) -> TrialOut:
+    def of(cls, row: SweepTrial, job_status: str | None, sweep: SweepSpec) -> TrialOut:
         rung = max((int(k) for k in row.rung_values), default=None)
+        bracket = asha.bracket_of(row.number, sweep.asha.brackets) if sweep.asha is not None else None
         return cls(number=row.number, job_id=row.job_id, job_status=job_status, state=row.state, params=row.params,
-                   rung=rung, allowed_rung=row.allowed_rung, rung_values=row.rung_values, last_value=row.last_value,
-                   best_value=row.best_value, last_step=row.last_step)
+                   rung=rung, allowed_rung=row.allowed_rung, bracket=bracket, rung_values=row.rung_values,
+                   last_value=row.last_value, best_value=row.best_value, last_step=row.last_step)
 
 
 class SweepOut(BaseModel):
@@ -75,7 +77,7 @@ class SweepOut(BaseModel):
     @classmethod
     def of(cls, row: Sweep, trials: list[tuple[SweepTrial, str | None]] | None = None) -> SweepOut:
         sweep = SweepSpec.model_validate(row.spec)
-        items = [TrialOut.of(t, status) for t, status in trials] if trials is not None else None
+        items = [TrialOut.of(t, status, sweep) for t, status in trials] if trials is not None else None
         best_params = next((t.params for t in items if t.number == row.best_trial), None) if items is not None else None
         counts = None
         if items is not None:

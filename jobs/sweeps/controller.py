@@ -101,6 +101,9 @@ def _refresh(session: Session, sweep: SweepSpec, t: _Trial) -> None:
         # A trial that ran past its rung before it paused counts at no rung it was not promoted to: only those
         # let in may be ranked there, or a straggler of rung 0 would take a place at rung 1 it never earned.
         rungs = {k: v for k, v in rungs.items() if k <= row.allowed_rung}
+    # Rungs below its bracket's first it only passed through: it is ranked at none of them.
+    first = asha.bracket_of(row.number, sweep.asha.brackets) if sweep.asha is not None else 0
+    rungs = {k: v for k, v in rungs.items() if k >= first}
     if rungs and {str(k): v for k, v in rungs.items()} != row.rung_values:
         values["rung_values"] = {str(k): v for k, v in rungs.items()}
     if status in (Status.SUCCEEDED.value, Status.FAILED.value):
@@ -109,6 +112,12 @@ def _refresh(session: Session, sweep: SweepSpec, t: _Trial) -> None:
         values["state"] = "cancelled"
     if values:
         _update(session, row, **values)
+
+
+def _of_bracket(sweep: SweepSpec, number: int) -> str:
+    """' of bracket s' where a sweep has several: whom the trial is ranked against."""
+    brackets = sweep.asha.brackets if sweep.asha is not None else 1
+    return f" of bracket {asha.bracket_of(number, brackets)}" if brackets > 1 else ""
 
 
 def _pause(session: Session, sweep: SweepSpec, name: str, t: _Trial) -> None:
@@ -120,7 +129,7 @@ def _pause(session: Session, sweep: SweepSpec, name: str, t: _Trial) -> None:
         return
     eta = sweep.asha.reduction_factor
     words = (f"sweep {name}: paused at rung {rung} ({sweep.asha.resource} {sweep.asha.resource_at(rung)}); "
-             f"promoted if among the best 1/{eta}")
+             f"promoted if among the best 1/{eta}{_of_bracket(sweep, row.number)}")
     if t.job[0] == Status.RUNNING.value:
         if not stops.request_stop(session, row.job_id or "", reason=words, hold=words):
             # Another stop is in flight (a preemption): it puts the job back in line; the hold keeps it there.
@@ -151,7 +160,7 @@ def _decide(session: Session, sweep: SweepSpec, name: str, trials: list[_Trial],
     states = [asha.TrialState(t.row.number, {int(k): v for k, v in t.row.rung_values.items()}, t.row.allowed_rung,
                               paused=t.row.state == "paused", ended=t.row.state in ENDED) for t in trials]
     decision = asha.decide(states, eta=sweep.asha.reduction_factor, rungs=sweep.asha.rungs, mode=sweep.mode,
-                           all_created=len(trials) >= sweep.trial_count, free_slots=free)
+                           all_created=len(trials) >= sweep.trial_count, free_slots=free, brackets=sweep.asha.brackets)
     by_number = {t.row.number: t for t in trials}
     for number, rung in decision.promote:
         t = by_number[number]
@@ -164,8 +173,9 @@ def _decide(session: Session, sweep: SweepSpec, name: str, trials: list[_Trial],
         t = by_number[number]
         rung = t.row.allowed_rung
         if _update(session, t.row, guard=[SweepTrial.state == "paused"], state="stopped"):
-            early_stop(session, t.row.job_id or "", f"sweep {name}: not among the best 1/{sweep.asha.reduction_factor} "
-                                                    f"at rung {rung} ({sweep.asha.resource} {sweep.asha.resource_at(rung)})")
+            early_stop(session, t.row.job_id or "", f"sweep {name}: not among the best 1/{sweep.asha.reduction_factor}"
+                                                    f"{_of_bracket(sweep, number)} at rung {rung} "
+                                                    f"({sweep.asha.resource} {sweep.asha.resource_at(rung)})")
             log.info("sweep %s: trial %d stopped early at rung %d", t.row.sweep_id, number, rung)
     return free
 
@@ -186,7 +196,9 @@ def _create(session: Session, redis: Redis, settings: Settings, sweep_row: Sweep
     """New trials into the free slots, then jobs for trials that have none yet (a pass cut short)."""
     number = len(trials)
     while free > 0 and number < sweep.trial_count:
-        row = SweepTrial(sweep_id=sweep_row.id, number=number, params=params_of(sweep, number))
+        # A trial of a later bracket is let in at its bracket's first rung from the start.
+        first = asha.bracket_of(number, sweep.asha.brackets) if sweep.asha is not None else 0
+        row = SweepTrial(sweep_id=sweep_row.id, number=number, params=params_of(sweep, number), allowed_rung=first)
         try:
             session.add(row)
             session.commit()

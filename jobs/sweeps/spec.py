@@ -72,6 +72,8 @@ class AshaSpec(_Strict):
     min_resource: int = Field(..., ge=1, le=10_000_000, description="Resource of the first rung.")
     reduction_factor: int = Field(3, ge=2, le=16, description="eta: rung k is min_resource*eta^k; the top 1/eta go on.")
     rungs: int = Field(3, ge=1, le=10, description="Rungs, the last being the resource every surviving trial trains to.")
+    brackets: int = Field(1, ge=1, le=10, description="Asynchronous Hyperband: bracket s starts at rung s; trials "
+                                                       "take turns by number. At most rungs; 1 is plain ASHA.")
     sampler: Literal["random", "grid"] = Field("random", description="How trial parameters are drawn.")
 
     def resource_at(self, rung: int) -> int:
@@ -103,6 +105,8 @@ class SweepSpec(_Strict):
             raise _refuse(("asha",), "method asha needs asha.min_resource (and optionally reduction_factor, rungs)")
         if self.method != "asha" and self.asha is not None:
             raise _refuse(("asha",), "only method asha takes asha settings")
+        if self.asha is not None and self.asha.brackets > self.asha.rungs:
+            raise _refuse(("asha", "brackets"), f"at most asha.rungs ({self.asha.rungs}) brackets: bracket s starts at rung s")
         if self.grid_sampled:
             for path, param in self.space.items():
                 if isinstance(param, Uniform):

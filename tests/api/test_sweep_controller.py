@@ -125,3 +125,37 @@ def test_a_second_controller_promotes_and_submits_nothing_twice(client: TestClie
     assert {t["params"]["train.lr"] for t in detail["trials"] if t["state"] == "running"} == {0.03, 0.01, 0.003}
     # Promoted: released; stopped: cancelled. Nothing waits held.
     assert [j.id for j in world.jobs() if j.hold is not None and j.status != "cancelled"] == []
+
+
+def test_brackets_start_later_rungs_and_rank_their_own_trials(client: TestClient, settings: Settings) -> None:
+    # Two brackets over rungs at 10, 30 and 90 steps: even trials start at rung 0, odd ones at rung 1 (their first
+    # pause is at step 30), and each bracket trains its own best to the end.
+    body = asha_sweep()
+    body["asha"] = {**body["asha"], "brackets": 2}
+    sweep_id = client.post("/v1/sweeps", json=body).json()["id"]
+    world = World(settings)
+    lr_of: dict[str, float] = {}
+    first_pause: dict[int, int] = {}
+    for _ in range(200):
+        world.controller()
+        detail = client.get(f"/v1/sweeps/{sweep_id}").json()
+        lr_of.update({t["job_id"]: t["params"]["train.lr"] for t in detail["trials"] if t["job_id"]})
+        for t in detail["trials"]:
+            if t["state"] == "paused":
+                first_pause.setdefault(t["number"], t["allowed_rung"])
+        if detail["status"] != "running":
+            break
+        world.step(lr_of)
+    assert detail["status"] == "succeeded", detail
+    trials = detail["trials"]
+    assert [t["bracket"] for t in trials] == [n % 2 for n in range(9)]
+    assert all(rung >= n % 2 for n, rung in first_pause.items()) and any(first_pause[n] == 1 for n in first_pause if n % 2)
+    for t in trials:
+        assert all(int(k) >= t["bracket"] for k in t["rung_values"]), t
+    # One trial of each bracket reaches the last rung; the best of them is the best learning rate (odd, bracket 1).
+    finished = [t for t in trials if t["state"] == "succeeded"]
+    assert sorted(t["bracket"] for t in finished) == [0, 1], finished
+    assert detail["best_params"] == {"train.lr": BEST_LR}
+    stopped = next(t for t in trials if t["state"] == "stopped" and t["bracket"] == 1)
+    job = client.get(f"/v1/jobs/{stopped['job_id']}").json()
+    assert any("not among the best 1/3 of bracket 1 at rung 1" in tr["reason"] for tr in job["transitions"]), job["transitions"]

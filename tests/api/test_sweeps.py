@@ -42,6 +42,8 @@ def controller_pass(settings: Settings) -> None:
     ({"space": {"args.--lr": {"type": "choice", "values": [1]}}}, "space.args.--lr"),  # args of a catalog job
     ({"metric": ""}, "metric"),
     ({"method": "asha", "max_trials": 3}, "asha"),
+    ({"method": "asha", "max_trials": 3, "asha": {"min_resource": 10, "rungs": 2, "brackets": 3}}, "asha.brackets"),
+    ({"method": "asha", "max_trials": 3, "asha": {"min_resource": 10, "brackets": 0}}, "asha.brackets"),
     ({"method": "random"}, "max_trials"),
     ({"max_concurrent_trials": 0}, "max_concurrent_trials"),
     ({"spec": mlp_spec(train={"global_batch_size": 0})}, "spec.train.global_batch_size"),

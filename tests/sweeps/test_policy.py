@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from jobs.sweeps.asha import TrialState, decide, quota
+from jobs.sweeps.asha import Decision, TrialState, bracket_of, decide, quota
 from jobs.sweeps.sampling import grid, params_of
 from jobs.sweeps.spec import SweepSpec, set_path, trial_spec
 
@@ -75,13 +75,15 @@ def test_asha_trials_train_to_the_last_rung_and_evaluate_at_every_rung() -> None
 # ---------------------------------------------------------------- ASHA as a simulation of arrivals
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(st.integers(1, 30), st.sampled_from([2, 3, 4]), st.integers(1, 4), st.integers(1, 8),
        st.data())
 def test_asha_invariants_over_any_order_of_arrivals(n: int, eta: int, rungs: int, slots: int, data: st.DataObject) -> None:
     values = data.draw(st.lists(st.floats(0, 10, allow_nan=False), min_size=n, max_size=n))
     fails = data.draw(st.sets(st.integers(0, n - 1), max_size=n // 3))
-    allowed = {i: 0 for i in range(n)}
+    brackets = data.draw(st.integers(1, rungs))
+    bracket = {i: bracket_of(i, brackets) for i in range(n)}
+    allowed = {i: bracket[i] for i in range(n)}  # a trial is let in at its bracket's first rung
     rung_values: dict[int, dict[int, float]] = {i: {} for i in range(n)}
     ended: set[int] = set()
     stopped: set[int] = set()
@@ -100,12 +102,14 @@ def test_asha_invariants_over_any_order_of_arrivals(n: int, eta: int, rungs: int
                 ended.add(t)
             else:
                 rung = allowed[t]
+                assert rung >= bracket[t], "paused below its bracket's first rung"
                 rung_values[t][rung] = values[t] + rung  # worse later never matters; distinct per rung
                 if rung == rungs - 1:
                     ended.add(t)
         states = [TrialState(i, dict(rung_values[i]), allowed[i], paused=i < created and i not in running and i not in ended
                              and allowed[i] in rung_values[i], ended=i in ended) for i in range(created)]
-        d = decide(states, eta=eta, rungs=rungs, mode="min", all_created=created == n, free_slots=slots - len(running))
+        d = decide(states, eta=eta, rungs=rungs, mode="min", all_created=created == n, free_slots=slots - len(running),
+                   brackets=brackets)
         assert len(d.promote) <= slots - len(running)
         assert not ({t for t, _ in d.promote} & set(d.stop))
         for t, rung in d.promote:
@@ -114,9 +118,12 @@ def test_asha_invariants_over_any_order_of_arrivals(n: int, eta: int, rungs: int
             promoted.append((t, rung))
             allowed[t] = rung + 1
             running.add(t)
-            reached = sum(1 for i in range(created) if rung in rung_values[i])
-            final = created == n and all(rung in rung_values[i] or i in ended for i in range(n))
-            assert sum(1 for _, r in promoted if r == rung) <= quota(reached, eta, final)
+            # Each bracket promotes from a rung at most its own share of the trials of that bracket there.
+            peers = [i for i in range(n) if bracket[i] == bracket[t]]
+            reached = sum(1 for i in peers if i < created and rung in rung_values[i])
+            final = created == n and all(rung in rung_values[i] or i in ended for i in peers)
+            assert sum(1 for u, r in promoted if r == rung and bracket[u] == bracket[t]) <= quota(reached, eta, final)
+            assert quota(reached, eta, final) <= math.ceil(reached / eta)
         for t in d.stop:
             assert t not in stopped and states[t].paused
             assert (t, allowed[t]) not in promoted  # never stopped at a rung it was promoted from
@@ -125,9 +132,66 @@ def test_asha_invariants_over_any_order_of_arrivals(n: int, eta: int, rungs: int
         if len(ended) == n:
             break
     assert len(ended) == n, "the sweep never finished"
-    survivors = [i for i in range(n) if rungs - 1 in rung_values[i]]
-    if n > len(fails) and rungs > 1:
-        assert survivors, "no trial reached the last rung"
+    for b in range(brackets):
+        peers = [i for i in range(n) if bracket[i] == b]
+        if set(peers) - fails:
+            assert any(rungs - 1 in rung_values[i] for i in peers), f"no trial of bracket {b} reached the last rung"
+
+
+def _states(data: st.DataObject, n: int, rungs: int, brackets: int) -> list[TrialState]:
+    """Trials of a sweep as they might stand: each somewhere between its bracket's first rung and the last."""
+    out = []
+    for i in range(n):
+        first = bracket_of(i, brackets)
+        top = data.draw(st.integers(first - 1, rungs - 1))  # first - 1: not at any rung yet
+        ended = data.draw(st.booleans()) if top == first - 1 or top == rungs - 1 else data.draw(st.sampled_from([False, False, True]))
+        paused = top >= first and not ended and top < rungs - 1 and data.draw(st.booleans())
+        allowed = top if paused or ended or top < first else data.draw(st.sampled_from([top, min(top + 1, rungs - 1)]))
+        values = {k: data.draw(st.sampled_from([0.0, 1.0, 2.0, 3.0])) for k in range(first, top + 1)}
+        out.append(TrialState(i, values, max(allowed, first), paused=paused, ended=ended))
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 30), st.sampled_from([2, 3, 4]), st.integers(1, 5), st.booleans(), st.data())
+def test_brackets_are_ashas_of_their_own(n: int, eta: int, rungs: int, all_created: bool, data: st.DataObject) -> None:
+    # With slots for all, the decision over several brackets is each bracket's own decision as plain ASHA (one
+    # bracket) over its trials alone: no trial is ranked against another bracket's. With one bracket there is
+    # nothing to split, and the decisions are those of plain ASHA.
+    brackets = data.draw(st.integers(1, rungs))
+    states = _states(data, n, rungs, brackets)
+    mode = data.draw(st.sampled_from(["min", "max"]))
+    got = decide(states, eta=eta, rungs=rungs, mode=mode, all_created=all_created, free_slots=n, brackets=brackets)
+    alone = Decision()
+    for b in range(brackets):
+        d = decide([t for t in states if bracket_of(t.number, brackets) == b], eta=eta, rungs=rungs, mode=mode,
+                   all_created=all_created, free_slots=n)
+        alone.promote.extend(d.promote)
+        alone.stop.extend(d.stop)
+    assert sorted(got.promote) == sorted(alone.promote) and sorted(got.stop) == sorted(alone.stop)
+    for t, rung in got.promote:
+        assert rung >= bracket_of(t, brackets)
+    # Scarce slots go to the highest rung first, whatever the bracket.
+    few = decide(states, eta=eta, rungs=rungs, mode=mode, all_created=all_created, free_slots=1, brackets=brackets)
+    if got.promote:
+        assert len(few.promote) == 1 and few.promote[0][1] == max(r for _, r in got.promote)
+
+
+def test_a_later_bracket_starts_at_a_later_rung_and_is_ranked_alone() -> None:
+    # Two brackets over three rungs: even trials start at rung 0, odd ones at rung 1. Nine of each paused at their
+    # first rung, the odd ones all worse than the even ones: the best three of each bracket still go on.
+    states = [TrialState(i, {i % 2: float(i)}, i % 2, paused=True, ended=False) for i in range(18)]
+    d = decide(states, eta=3, rungs=3, mode="min", all_created=True, free_slots=18, brackets=2)
+    assert sorted(d.promote) == [(0, 0), (1, 1), (2, 0), (3, 1), (4, 0), (5, 1)]
+    assert sorted(d.stop) == list(range(6, 18))
+
+
+def test_brackets_are_at_most_the_rungs() -> None:
+    assert sweep(method="asha", max_trials=9, asha={"min_resource": 10, "rungs": 3, "brackets": 3}).asha is not None
+    with pytest.raises(ValidationError, match="at most asha.rungs"):
+        sweep(method="asha", max_trials=9, asha={"min_resource": 10, "rungs": 3, "brackets": 4})
+    with pytest.raises(ValidationError, match="brackets"):
+        sweep(method="asha", max_trials=9, asha={"min_resource": 10, "rungs": 3, "brackets": 0})
 
 
 def test_asha_of_nine_stops_six_at_the_first_rung_and_promotes_the_best() -> None:
