@@ -7,7 +7,8 @@ searches are then replayed on simulated hosts (2 x 4 GPUs, one GPU per trial, 8 
 costing one GPU-second and every launch (a start, or a resume from the checkpoint after a promotion) a fixed
 overhead: the full search runs every trial to step 810; ASHA (eta 3, 4 rungs at 30, 90, 270 and 810 steps)
 goes through ``jobs.sweeps.asha.decide`` exactly as the controller calls it, trials pausing at their rung,
-reading their metric there from the measured curve, and resuming where they paused when promoted. Figures:
+reading their metric there from the measured curve, and resuming where they paused when promoted. The same
+curves are replayed with a later first rung and with 2 to 4 brackets (asynchronous Hyperband). Figures:
 GPU-hours, the simulated wall clock, and the best final eval/accuracy each search finds.
 """
 

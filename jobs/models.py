@@ -346,7 +346,7 @@ class SweepTrial(SQLModel, table=True):
     params: dict[str, Any] = Field(sa_column=Column(JSON, nullable=False))
     # pending (no job yet) | running | paused | promoted | stopped | succeeded | failed | cancelled
     state: str = Field(default="pending", max_length=16)
-    allowed_rung: int = 0
+    allowed_rung: int = 0  # starts at its bracket's first rung (jobs.sweeps.asha.bracket_of: recomputed, not stored)
     rung_values: dict[str, float] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
     last_value: float | None = None
     best_value: float | None = None
