@@ -43,7 +43,7 @@ def test_supervisor_frozen_past_its_lease_writes_and_kills_nothing_when_it_wakes
             proc.send_signal(signal.SIGSTOP)
         services.start_worker("fresh", **faults(slow(0.15)))
         # The lease lapses (3 s), a reconciler requeues the job as attempt 2 and the fresh worker runs it.
-        wait_until(lambda: client.get(f"/v1/jobs/{job_id}").json()["attempt"] == 2, 60, what="attempt 2")
+        wait_until(lambda: client.get(f"/v1/jobs/{job_id}").json()["attempt"] == 2, 120, what="attempt 2")
         wait_step(services, client, job_id, reached + 6)
         newer = marked_processes(job_id, attempt=2)
         assert newer

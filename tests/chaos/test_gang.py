@@ -22,8 +22,9 @@ from worker.processes import marked_processes
 TERMINAL = {"succeeded", "failed", "cancelled"}
 
 pytestmark = pytest.mark.slow
-# Every node on this one machine.
-GANG_ENV = {"TORCHYARD_WORKER_HOST": "127.0.0.1", "TORCHYARD_GANG_JOIN_TIMEOUT_S": "30"}
+# Every node on this one machine. The join timeout is a deadline, not a wait: on a busy 2-core machine the nodes of
+# two gangs importing torch at once have started more than 30 s apart.
+GANG_ENV = {"TORCHYARD_WORKER_HOST": "127.0.0.1", "TORCHYARD_GANG_JOIN_TIMEOUT_S": "90"}
 
 
 def gang_spec(steps: int, nproc: int = 1, **overrides: Any) -> dict[str, Any]:

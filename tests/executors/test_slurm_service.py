@@ -144,12 +144,14 @@ def test_a_preempted_slurm_job_resumes_from_its_checkpoint(how: str, services: S
         slurm.command("scontrol", "requeue", first["executor_id"])
     job = services.wait_status(client, job_id, TERMINAL, timeout_s=300)
     assert job["status"] == "succeeded", job["error"]
-    attempts = job["attempts"]
-    assert [a["outcome"] for a in attempts] == ["preempted", "succeeded"]
+    # On a busy machine a placement can lapse before its worker adopts it ("not_started": nothing ran, no retry spent).
+    unstarted = sum(a["outcome"] == "not_started" for a in job["attempts"])
+    attempts = [a for a in job["attempts"] if a["outcome"] != "not_started"]
+    assert [a["outcome"] for a in attempts] == ["preempted", "succeeded"], job["attempts"]
     assert attempts[0]["executor_id"] == first["executor_id"] != attempts[1]["executor_id"]
     saved = attempts[1]["resumed_from_step"]
-    assert saved is not None and saved >= 4  # the ranks saved on SIGTERM, and attempt 2 went on from there
-    assert job["max_attempts"] == 2  # retries 0: the preemption's new attempt spent no retry
+    assert saved is not None and saved >= 4  # the ranks saved on SIGTERM, and the next attempt went on from there
+    assert job["max_attempts"] == 2 + unstarted  # retries 0: the preemption's new attempt spent no retry
     assert loss_steps(client, job_id)[-1] == 16 and set(loss_steps(client, job_id)) == set(range(1, 17))
     wait_until(lambda: slurm.jobs() == [], 60, what="the urgent job to end")  # and the requeued one is not rerun
     assert marked_processes(job_id) == []

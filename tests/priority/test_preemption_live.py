@@ -98,8 +98,13 @@ def test_an_owner_within_its_quota_takes_back_borrowed_gpus(services: Services, 
         assert set(use) == {"alice"} and use["alice"]["gpus_used"] == 2 and use["alice"]["gpus"] == 1
         # Bob asks for what his quota guarantees, at the same priority: the borrowed GPUs come back.
         mine = hold_job(bob, 1, out=out)
-        back = services.wait_status(alice, lender, {"queued", *TERMINAL}, timeout_s=60)
-        assert back["status"] == "queued" and "owner bob takes back GPUs of its quota" in back["waiting_reason"]
+
+        def back_in_line() -> dict[str, Any] | None:
+            d = alice.get(f"/v1/jobs/{lender}").json()
+            return d if d["status"] in TERMINAL or "owner bob takes back GPUs of its quota" in (d["waiting_reason"] or "") else None
+
+        back = wait_until(back_in_line, 60, what="the lender back in line with its reason")
+        assert back["status"] == "queued", back
         services.wait_status(bob, mine, {"running"}, timeout_s=60)
         release(out, mine)
         assert services.wait_status(bob, mine, TERMINAL, timeout_s=60)["status"] == "succeeded"

@@ -110,7 +110,7 @@ def test_two_workers_of_two_gpus_run_a_two_by_two_job(services: Services, out: P
     services.start_api()
     for name in ("gpu-a", "gpu-b"):
         services.start_worker(name, TORCHYARD_WORKER_GPUS="2", TORCHYARD_WORKER_HOST="127.0.0.1",
-                              TORCHYARD_GANG_JOIN_TIMEOUT_S="30")
+                              TORCHYARD_GANG_JOIN_TIMEOUT_S="90")
     with services.client() as client:
         job_id = submit(client, out, 2, want=4, nnodes=2)
         job = services.wait_status(client, job_id, TERMINAL, timeout_s=120)

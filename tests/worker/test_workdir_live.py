@@ -46,7 +46,7 @@ def test_a_script_reads_its_config_writes_beside_itself_and_finds_it_again(servi
         job = client.submit({"kind": "script", "name": "repo", "entrypoint": "train.py", "retries": 1,
                              "parallel": {"nproc_per_node": 1}}, workdir=repo)
     with httpx.Client(base_url=services.url, headers={"Authorization": f"Bearer {key}"}, timeout=30) as tenant:
-        done = services.wait_status(tenant, job.id, {"succeeded", "failed", "cancelled"}, timeout_s=180)
+        done = services.wait_status(tenant, job.id, {"succeeded", "failed", "cancelled"}, timeout_s=240)
         log = tenant.get(f"/v1/jobs/{job.id}/logs", params={"rank": 0}).text
         assert (done["status"], done["attempt"]) == ("succeeded", 2), (done["error"], log)
         assert "attempt 2 found: written by attempt 1 with lr 0.25" in log, log
