@@ -102,7 +102,7 @@ def _refresh(session: Session, sweep: SweepSpec, t: _Trial) -> None:
         # let in may be ranked there, or a straggler of rung 0 would take a place at rung 1 it never earned.
         rungs = {k: v for k, v in rungs.items() if k <= row.allowed_rung}
     # Rungs below its bracket's first it only passed through: it is ranked at none of them.
-    first = asha.bracket_of(row.number, sweep.asha.brackets) if sweep.asha is not None else 0
+    first = _bracket(sweep, row.number)
     rungs = {k: v for k, v in rungs.items() if k >= first}
     if rungs and {str(k): v for k, v in rungs.items()} != row.rung_values:
         values["rung_values"] = {str(k): v for k, v in rungs.items()}
@@ -114,10 +114,15 @@ def _refresh(session: Session, sweep: SweepSpec, t: _Trial) -> None:
         _update(session, row, **values)
 
 
+def _bracket(sweep: SweepSpec, number: int) -> int:
+    """Trial ``number``'s bracket, which is also the first rung it pauses at (0 without ASHA)."""
+    return asha.bracket_of(number, sweep.asha.brackets) if sweep.asha is not None else 0
+
+
 def _of_bracket(sweep: SweepSpec, number: int) -> str:
     """' of bracket s' where a sweep has several: whom the trial is ranked against."""
-    brackets = sweep.asha.brackets if sweep.asha is not None else 1
-    return f" of bracket {asha.bracket_of(number, brackets)}" if brackets > 1 else ""
+    several = sweep.asha is not None and sweep.asha.brackets > 1
+    return f" of bracket {_bracket(sweep, number)}" if several else ""
 
 
 def _pause(session: Session, sweep: SweepSpec, name: str, t: _Trial) -> None:
@@ -197,8 +202,8 @@ def _create(session: Session, redis: Redis, settings: Settings, sweep_row: Sweep
     number = len(trials)
     while free > 0 and number < sweep.trial_count:
         # A trial of a later bracket is let in at its bracket's first rung from the start.
-        first = asha.bracket_of(number, sweep.asha.brackets) if sweep.asha is not None else 0
-        row = SweepTrial(sweep_id=sweep_row.id, number=number, params=params_of(sweep, number), allowed_rung=first)
+        row = SweepTrial(sweep_id=sweep_row.id, number=number, params=params_of(sweep, number),
+                         allowed_rung=_bracket(sweep, number))
         try:
             session.add(row)
             session.commit()
