@@ -8,14 +8,14 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
-from cli.main import _dump, _echo_json, _settings, app, console, handles_errors
+from cli.main import JobIdArg, _dump, _echo_json, _settings, app, console, handles_errors
 
 
 @app.command()
 @handles_errors
 def download(
     ctx: typer.Context,
-    job_id: Annotated[str, typer.Argument(help="Job id.", show_default=False)],
+    job_id: JobIdArg,
     step: Annotated[int | None, typer.Option("--step", min=0, help="That checkpoint's weights; default the latest that has them.",
                                              show_default=False)] = None,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="File (or directory) to write; default the server's "
@@ -56,7 +56,7 @@ def _checkpoint_step(checkpoints: list[Any], job_id: str, wanted: str) -> int:
 @handles_errors
 def artifacts(
     ctx: typer.Context,
-    job_id: Annotated[str, typer.Argument(help="Job id.", show_default=False)],
+    job_id: JobIdArg,
     get: Annotated[str | None, typer.Option("--get", help="Download this file (a path as listed).", show_default=False)] = None,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Where --get writes; default the file's name in the "
                                                                        "current directory.", show_default=False)] = None,

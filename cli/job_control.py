@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from cli.jobs import _follow_and_exit
-from cli.main import _dump, _echo_json, _settings, app, console, handles_errors
+from cli.main import JobIdArg, _dump, _echo_json, _settings, app, console, handles_errors
 from cli.render import status_markup
 
 
@@ -15,7 +15,7 @@ from cli.render import status_markup
 @handles_errors
 def cancel(
     ctx: typer.Context,
-    job_id: Annotated[str, typer.Argument(help="Job id.", show_default=False)],
+    job_id: JobIdArg,
     as_json: Annotated[bool, typer.Option("--json", help="Print the job as JSON.")] = False,
 ) -> None:
     """Cancel a queued or running job (a running one saves a checkpoint and stops)."""
@@ -30,7 +30,7 @@ def cancel(
 @handles_errors
 def retry(
     ctx: typer.Context,
-    job_id: Annotated[str, typer.Argument(help="Job id.", show_default=False)],
+    job_id: JobIdArg,
     follow_: Annotated[bool, typer.Option("--follow", "-f", help="Show live progress to the end.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the new job as JSON (with --follow: once it finished).")] = False,
 ) -> None:

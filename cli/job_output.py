@@ -10,7 +10,20 @@ import typer
 from rich.markup import escape
 
 from cli.launcher_log import expected_stop, fold_expected_stop
-from cli.main import EXIT_API, EXIT_INTERRUPTED, EXIT_USAGE, _dump, _echo_json, _fail, _settings, app, console, err, handles_errors
+from cli.main import (
+    EXIT_API,
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    JobIdArg,
+    _dump,
+    _echo_json,
+    _fail,
+    _settings,
+    app,
+    console,
+    err,
+    handles_errors,
+)
 from cli.render import metrics_table
 from client import NotFound
 
@@ -21,7 +34,7 @@ DEFAULT_METRICS = ("train/loss", "eval/loss", "eval/accuracy", "train/samples_pe
 @handles_errors
 def logs(
     ctx: typer.Context,
-    job_id: Annotated[str, typer.Argument(help="Job id.", show_default=False)],
+    job_id: JobIdArg,
     follow_: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing until the job ends.")] = False,
     rank: Annotated[str | None, typer.Option(
         "--rank", "-r", help="A global rank (its stdout and stderr as printed), or 'launcher' for torchrun's own log. "
@@ -68,7 +81,7 @@ def logs(
 @handles_errors
 def metrics(
     ctx: typer.Context,
-    job_id: Annotated[str, typer.Argument(help="Job id.", show_default=False)],
+    job_id: JobIdArg,
     name: Annotated[list[str], typer.Option("--name", "-m",
                                             help="Metric name, e.g. train/loss; repeat. Default: loss, accuracy, throughput.")] = [],  # noqa: B006
     plot: Annotated[Path | None, typer.Option("--plot", help="Write a PNG chart of the metrics here.", show_default=False)] = None,

@@ -17,6 +17,7 @@ from cli.main import (
     EXIT_JOB_FAILED,
     EXIT_OK,
     EXIT_USAGE,
+    JobIdArg,
     _dump,
     _echo_json,
     _fail,
@@ -118,7 +119,7 @@ def submit(
 @handles_errors
 def watch(
     ctx: typer.Context,
-    job_id: Annotated[str, typer.Argument(help="Job id.", show_default=False)],
+    job_id: JobIdArg,
     as_json: Annotated[bool, typer.Option("--json", help="No live view: wait, then print the finished job as JSON.")] = False,
 ) -> None:
     """Follow a job's progress live to its end; exit 0/1/3 as it succeeds/fails/is cancelled."""
@@ -159,7 +160,7 @@ def list_jobs(
 @handles_errors
 def status(
     ctx: typer.Context,
-    job_id: Annotated[str, typer.Argument(help="Job id.", show_default=False)],
+    job_id: JobIdArg,
     as_json: Annotated[bool, typer.Option("--json", help="Print the job as JSON.")] = False,
 ) -> None:
     """Show one job: status, progress, latest metrics, checkpoints and error."""

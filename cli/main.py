@@ -55,6 +55,8 @@ app = typer.Typer(
 )
 
 F = TypeVar("F", bound=Callable[..., Any])
+# The JOB_ID argument every per-job command takes.
+JobIdArg = Annotated[str, typer.Argument(help="Job id.", show_default=False)]
 
 
 @dataclass
