@@ -48,15 +48,19 @@ def _value(v: float | None) -> str:
 
 
 def trials_table(sweep: dict[str, Any]) -> Table:
+    trials = sweep.get("trials") or []
+    # Asynchronous Hyperband: a trial is ranked only within its bracket, so the column says against whom.
+    brackets = len({t.get("bracket") for t in trials}) > 1
     table = Table(box=None, header_style="bold", pad_edge=False)
-    for col in ("TRIAL", "STATE", "RUNG", "STEP", sweep["metric"].upper(), "BEST", "JOB", "PARAMS"):
+    for col in ("TRIAL", "STATE", *(("BRACKET",) if brackets else ()), "RUNG", "STEP", sweep["metric"].upper(), "BEST",
+                "JOB", "PARAMS"):
         table.add_column(col)
-    for t in sweep.get("trials") or []:
+    for t in trials:
         star = " *" if t["number"] == sweep.get("best_trial") else ""
         style = "dim" if t["state"] in ("stopped", "cancelled", "failed") else None
-        table.add_row(f"{t['number']}{star}", t["state"], "" if t["rung"] is None else str(t["rung"]),
-                      "" if t["last_step"] is None else str(t["last_step"]), _value(t["last_value"]),
-                      _value(t["best_value"]), t["job_id"] or "", _params(t["params"]), style=style)
+        table.add_row(f"{t['number']}{star}", t["state"], *((str(t["bracket"]),) if brackets else ()),
+                      "" if t["rung"] is None else str(t["rung"]), "" if t["last_step"] is None else str(t["last_step"]),
+                      _value(t["last_value"]), _value(t["best_value"]), t["job_id"] or "", _params(t["params"]), style=style)
     return table
 
 

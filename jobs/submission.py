@@ -15,7 +15,6 @@ from types import SimpleNamespace
 from typing import Any
 
 import sqlalchemy as sa
-from redis import Redis
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session
 
@@ -116,7 +115,7 @@ def _create(
 
 
 def submit(
-    session: Session, redis: Redis, owner: str, spec: JobSpec | ScriptJobSpec, *,
+    session: Session, owner: str, spec: JobSpec | ScriptJobSpec, *,
     idempotency_key: str | None = None, settings: Settings | None = None,
 ) -> Submission:
     """Record a checked spec as a queued job. Nothing is enqueued: the scheduler reads queued jobs from SQL
@@ -149,7 +148,7 @@ def submit(
     return Submission(job, replayed=False)
 
 
-def retry(session: Session, redis: Redis, owner: str, job_id: str, queued_cap: int) -> Any:
+def retry(session: Session, owner: str, job_id: str, queued_cap: int) -> Any:
     """Run a finished job again as a new job (``retry_of`` names the old one) that starts from the
     old job's latest checkpoint, with its spec and secrets. Terminal states stay final, so history is never
     rewritten. The new job takes a queued slot like a submission (``limits.OverLimit`` at ``queued_cap``).

@@ -53,7 +53,7 @@ def submit_job(
                  if (field,) not in seen]
     if problems:
         raise SpecError(problems)
-    sub = submission.submit(session, redis, principal.owner, spec, idempotency_key=idempotency_key, settings=settings)
+    sub = submission.submit(session, principal.owner, spec, idempotency_key=idempotency_key, settings=settings)
     if sub.replayed:
         response.headers["Idempotent-Replayed"] = "true"
     else:
@@ -136,7 +136,7 @@ def retry_job(job_id: JobId, principal: PrincipalDep, session: SessionDep, redis
                  if not (why and field == "queue")]
     if problems:
         raise SpecError(problems)
-    job = submission.retry(session, redis, principal.owner, job_id, settings.max_queued_per_owner)  # a new queued job
+    job = submission.retry(session, principal.owner, job_id, settings.max_queued_per_owner)  # a new queued job
     scheduler.nudge(redis)
     return JobOut.detail(job_lookup.job_detail(session, redis, settings, principal.owner, job.id))
 

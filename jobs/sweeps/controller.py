@@ -21,7 +21,7 @@ from redis import Redis
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session
 
-from jobs import leader, limits, stops, submission
+from jobs import leader, limits, scheduler, stops, submission
 from jobs.db import get_engine
 from jobs.models import Job, MetricPoint, Status, Sweep, SweepTrial, utcnow
 from jobs.settings import Settings
@@ -226,7 +226,7 @@ def _submit(session: Session, redis: Redis, settings: Settings, sweep_row: Sweep
         return False
     try:
         spec = spec_from_dict(raw)
-        sub = submission.submit(session, redis, sweep_row.owner, spec, settings=settings,
+        sub = submission.submit(session, sweep_row.owner, spec, settings=settings,
                              idempotency_key=f"torchyard-sweep-{sweep_row.id}-trial-{row.number}")
     except limits.OverLimit as exc:
         log.info("sweep %s: trial %d waits: %s", sweep_row.id, row.number, exc)
@@ -236,6 +236,7 @@ def _submit(session: Session, redis: Redis, settings: Settings, sweep_row: Sweep
         log.warning("sweep %s: trial %d cannot run: %s", sweep_row.id, row.number, exc)
         return True
     _update(session, row, job_id=sub.job.id, state="running")
+    scheduler.nudge(redis)  # placed now, as a POSTed job is, not at the next timed pass
     log.info("sweep %s: trial %d is job %s", sweep_row.id, row.number, sub.job.id)
     return True
 

@@ -67,3 +67,29 @@ def test_a_bad_sweep_file_names_the_field(services: Services, tmp_path: Path) ->
         "space": {"train.lr": {"type": "choice", "values": [0.1, 50.0]}}}))
     code, out = cli(services, "sweep", str(tmp_path / "sweep.yaml"))
     assert code == 4 and "space.train.lr" in out, out
+
+
+def _trial(number: int, bracket: int | None, rung: int | None) -> dict[str, object]:
+    return {"number": number, "state": "paused", "bracket": bracket, "rung": rung, "last_step": 30, "last_value": 0.5,
+            "best_value": 0.5, "job_id": f"job-{number}", "params": {"train.lr": 0.01 * (number + 1)}}
+
+
+def _rendered(sweep: dict[str, object]) -> list[str]:
+    from rich.console import Console
+
+    from cli.sweep import trials_table
+
+    console = Console(width=200, record=True)
+    console.print(trials_table(sweep))
+    return console.export_text().splitlines()
+
+
+def test_the_trials_table_names_each_trials_bracket_where_a_sweep_has_several() -> None:
+    """With asynchronous Hyperband a trial is ranked only within its bracket: the table says which one."""
+    lines = _rendered({"metric": "eval/loss", "best_trial": 1,
+                       "trials": [_trial(0, 0, 0), _trial(1, 1, 1), _trial(2, 2, 2)]})
+    assert lines[0].split() == ["TRIAL", "STATE", "BRACKET", "RUNG", "STEP", "EVAL/LOSS", "BEST", "JOB", "PARAMS"]
+    assert lines[2].split()[:5] == ["1", "*", "paused", "1", "1"]
+    assert lines[3].split()[:4] == ["2", "paused", "2", "2"]
+    plain = _rendered({"metric": "eval/loss", "trials": [_trial(0, None, None), _trial(1, None, None)]})
+    assert "BRACKET" not in plain[0] and plain[0].split()[:3] == ["TRIAL", "STATE", "RUNG"]
