@@ -38,9 +38,14 @@ run:
 install-test: install-torch
 	$(PYTHON) -m pip install -e '.[test]'
 
+# Three test processes on any machine, two cores included: most of a slow test's time is spent waiting for
+# processes it started (torchrun, the API, workers) to import torch and answer, which a second and a third
+# test fill. Each test file runs whole in one process (loadfile): its module fixtures start once.
+TEST_PROCESSES ?= 3
+
 test: install-test
 	$(PYTHON) -m ruff check .
-	$(PYTHON) -m pytest
+	$(PYTHON) -m pytest -n $(TEST_PROCESSES) --dist loadfile
 
 lint:
 	$(PYTHON) -m ruff check .

@@ -3,6 +3,13 @@ when it answers), settings pointing at temporary directories, and real service p
 
 from __future__ import annotations
 
+import os
+
+# pytest-xdist's workers set COLUMNS=80, where the CLI (its own process, or in-process through CliRunner) prints
+# its plain-output width (160) to a pipe: the tests read what a user piping the CLI gets. Before any cli import.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.pop("COLUMNS", None)
+
 import uuid
 from collections.abc import Iterator
 from pathlib import Path

@@ -38,7 +38,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(os.geteuid() != 0, reason="st
 log = logging.getLogger(__name__)
 
 SERVICE_UID = 10001
-JOB_UIDS = (23000, 23099)
+JOB_UIDS = (33000, 33099)  # outside 20000-29999, the range `make run` and compose jobs take meanwhile
 CAPS = "+setuid,+setgid,+kill,+chown,+fowner"
 AS_SERVICE = ["setpriv", f"--reuid={SERVICE_UID}", f"--regid={SERVICE_UID}", "--clear-groups"]
 AS_WORKER = [*AS_SERVICE, f"--inh-caps={CAPS}", f"--ambient-caps={CAPS}"]

@@ -185,7 +185,7 @@ def test_the_run_directory_is_handed_to_the_job_uid(tmp_path: Path) -> None:
 @pytest.mark.skipif(not ROOT, reason="running as another uid needs root or CAP_SETUID")
 def test_nothing_of_a_uid_outlives_its_attempt(tmp_path: Path) -> None:
     """A detached grandchild (setsid env -i) and a double-forked daemon are gone within a second of the kill."""
-    uid = 20007
+    uid = 33207  # outside 20000-29999 (`make run` and compose jobs of other tests) and the isolation test's range
     cgroup = cgroups.create("test-job-users", "job", 1)
     run = tmp_path / "run"
     run.mkdir()
