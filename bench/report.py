@@ -35,11 +35,17 @@ def rows(results: dict[str, Any]) -> list[Row]:
             return _ratio_range(t, k)
         names = {"handwritten_tutorial": "(a) hand-written DDP, tutorial (DataLoader)",
                  "handwritten_tuned": "(a') hand-written DDP, tuned (index gather, bucket view)",
+                 "handwritten_fused": "(a'') hand-written DDP, tuned, fused AdamW",
                  "trainer": "(b) torchrun -m trainer", "api_job": "(c) job through API + worker"}
         for key, label in names.items():
-            note = {"trainer": f"b/a {rr('trainer/handwritten_tutorial')}, b/a' {rr('trainer/handwritten_tuned')}",
+            if key not in s:  # a results file from before (a'') was measured
+                continue
+            fused = "handwritten_fused" in s
+            note = {"trainer": f"b/a {rr('trainer/handwritten_tutorial')}, b/a' {rr('trainer/handwritten_tuned')}"
+                               + (f", b/a'' {rr('trainer/handwritten_fused')}" if fused else ""),
                     "api_job": f"c/a {rr('api_job/handwritten_tutorial')}, c/a' {rr('api_job/handwritten_tuned')}, "
-                               f"c/b {rr('api_job/trainer')}; supervisor "
+                               + (f"c/a'' {rr('api_job/handwritten_fused')}, " if fused else "")
+                               + f"c/b {rr('api_job/trainer')}; supervisor "
                                f"{_n(100 * s[key].get('supervisor_cpu_share', float('nan')), 1)}% of a core"}.get(key, "")
             first = s[key]["first_step_s"]
             first_label = "from POST" if key == "api_job" else "from launch"

@@ -95,7 +95,10 @@ def run(spec: JobSpec, run_dir: Path, rank: RankInfo, data_dir: Path | None) -> 
     total_steps = t.epochs * batches.steps_per_epoch
     if t.max_steps is not None:
         total_steps = min(total_steps, t.max_steps)
-    fused = rank.device.type == "cuda" and wrapped.strategy == "ddp"
+    # Fused AdamW/SGD: one kernel over every parameter. On the CPU too (torch >= 2.4): the step's optimizer time
+    # falls about 3x on the benchmark's MLP, which is what closed the gap to a hand-written loop (docs/BENCHMARKS.md).
+    # On the CPU only for plain DDP: pipeline and tensor-parallel stages keep the default kernels there.
+    fused = wrapped.strategy == "ddp" and (rank.device.type == "cuda" or wrapped.data_rank is None)
     optimizer = build_optimizer(net, t, fused=fused)
     scheduler = build_scheduler(optimizer, t, total_steps)
     scaler = grad_scaler(wrapped, t.precision, rank.device)
