@@ -18,13 +18,20 @@ from trainer.rank_output import OUTPUT_LOG, find_rank_dir
 pytestmark = pytest.mark.slow
 
 SCRIPT = """
-import ctypes, os, sys
+import ctypes, os, sys, time
 print("out 1")
 sys.stderr.write("err 1\\n")
 print("out 2", end="")
 sys.stderr.write(" and err 2 on the same line\\n")
 os.write(1, b"native write to fd 1\\n")
-if os.environ["RANK"] == "0":
+# Neither rank dies before the other has written everything: torchrun stops the survivor of a failed rank, and a
+# rank stopped before its first line (a busy machine starts the two far apart) leaves no output to check.
+rank = os.environ["RANK"]
+open(f"wrote-{rank}", "w").close()
+deadline = time.monotonic() + 120
+while not os.path.exists(f"wrote-{1 - int(rank)}") and time.monotonic() < deadline:
+    time.sleep(0.01)
+if rank == "0":
     raise RuntimeError("boom on rank 0")
 ctypes.string_at(0)  # rank 1: a segmentation fault; faulthandler's report is all that is left of it
 """
