@@ -1,7 +1,7 @@
 """``python -m bench``: run every benchmark, print a table, write bench/results/<timestamp>.json and
 rewrite the generated part of docs/BENCHMARKS.md.
 
-    python -m bench                        # everything (under 15 minutes on a 2-core VM)
+    python -m bench                        # everything (about 26 minutes on a 2-core VM)
     python -m bench --only api,dispatch    # some suites, see SUITES below
     python -m bench --quick                # shorter runs, fewer rounds and jobs, for iterating
     python -m bench --no-doc               # leave docs/BENCHMARKS.md alone
