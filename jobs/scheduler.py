@@ -257,6 +257,14 @@ def _store_waiting(session: Session, settings: Settings, holder: str, queued: It
     return True
 
 
+def nudge_wait_s(left_s: float) -> float:
+    """BLPOP's timeout for a wait with ``left_s`` seconds to go: at most a second, so that a stopped loop lets go of
+    the connection (and of nudges) soon, and at least 10 ms: Redis 6 reads a timeout under 1 ms as 0, which blocks
+    until the next nudge, so a pass that left the loop a few microseconds to wait stopped scheduling until a job
+    was submitted."""
+    return min(max(left_s, 0.01), 1.0)
+
+
 class SchedulerLoop(threading.Thread):
     """Runs in every worker process: the one holding the lease passes every ``interval_s``, the others stand by."""
 
@@ -280,8 +288,7 @@ class SchedulerLoop(threading.Thread):
         deadline = time.monotonic() + self.interval_s
         while self.leading and not self.stopped.is_set() and (left := deadline - time.monotonic()) > 0:
             try:
-                # At most a second at a time, so that a stopped loop lets go of the connection (and of nudges) soon.
-                if self.redis.blpop([NUDGE_KEY], timeout=min(left, 1.0)) is not None:
+                if self.redis.blpop([NUDGE_KEY], timeout=nudge_wait_s(left)) is not None:
                     return
             except RedisError:
                 break

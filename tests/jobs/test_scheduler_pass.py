@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
+from hypothesis import given
+from hypothesis import strategies as st
 from redis import Redis
 from rq import Queue
 
@@ -144,3 +146,32 @@ def test_a_submission_wakes_the_leader_instead_of_waiting_for_its_next_pass(clie
     finally:
         loop.stop()
         loop.join(5)
+
+
+def test_a_wait_with_under_a_millisecond_left_returns_on_time(settings: Settings) -> None:
+    """Redis 6 reads a BLPOP timeout under 1 ms as 0, "block until a nudge": a pass that left the loop microseconds
+    to wait stopped scheduling until the next submission (a preempted job sat queued for five minutes). Against the
+    tests' real redis-server, waits of every short length return within their interval."""
+    import threading
+    import time
+
+    from jobs.scheduler import SchedulerLoop
+
+    loop = SchedulerLoop(settings, LEADER, Redis.from_url(settings.redis_url), interval_s=0.0005)
+    loop.leading = True  # only the leader waits on the nudge list
+    for _ in range(20):
+        started = time.monotonic()
+        waiter = threading.Thread(target=loop._wait, daemon=True)
+        waiter.start()
+        waiter.join(5)
+        assert not waiter.is_alive(), "the scheduler's wait blocked past its interval"
+        assert time.monotonic() - started < 2
+
+
+@given(st.floats(min_value=-1.0, max_value=3600.0, allow_nan=False))
+def test_the_nudge_wait_is_never_under_10_ms_nor_over_a_second(left: float) -> None:
+    from jobs.scheduler import nudge_wait_s
+
+    wait = nudge_wait_s(left)
+    assert 0.01 <= wait <= 1.0
+    assert wait == left or left < 0.01 or left > 1.0
