@@ -37,10 +37,10 @@ def rows(results: dict[str, Any]) -> list[Row]:
                  "handwritten_tuned": "(a') hand-written DDP, tuned (index gather, bucket view)",
                  "handwritten_fused": "(a'') hand-written DDP, tuned, fused AdamW",
                  "trainer": "(b) torchrun -m trainer", "api_job": "(c) job through API + worker"}
+        fused = "handwritten_fused" in s  # results files from before (a'') was measured lack it
         for key, label in names.items():
-            if key not in s:  # a results file from before (a'') was measured
+            if key not in s:
                 continue
-            fused = "handwritten_fused" in s
             note = {"trainer": f"b/a {rr('trainer/handwritten_tutorial')}, b/a' {rr('trainer/handwritten_tuned')}"
                                + (f", b/a'' {rr('trainer/handwritten_fused')}" if fused else ""),
                     "api_job": f"c/a {rr('api_job/handwritten_tutorial')}, c/a' {rr('api_job/handwritten_tuned')}, "
