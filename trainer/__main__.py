@@ -59,19 +59,28 @@ def main(argv: list[str] | None = None) -> int:
     from trainer import distributed, engine
 
     rank = distributed.init_distributed(spec.parallel.device)
-    try:
-        code = engine.run(spec, args.run_dir, rank, limits.data_dir)
-    except BaseException:
-        distributed.shutdown()  # peers may be gone: no barrier
-        raise
+    code = engine.run(spec, args.run_dir, rank, limits.data_dir)  # an exception: see _run below
     # Every rank reaches here before any tears its groups down: a rank that destroyed its gloo
     # pairs while a peer still used them made that peer abort ("terminate called ...") after 'done'.
     distributed.shutdown(barrier=True)
     return code
 
 
+def _run() -> int:
+    try:
+        return main()
+    except BaseException:
+        # Torn down only once @record has written this rank's error file: torchrun names as the root cause the rank
+        # whose file has the earliest timestamp (whole seconds), and a peer blocked in a collective fails the moment
+        # this rank destroys its groups. Torn down first, an OOM here could lose to the peer's "connection closed".
+        from trainer import distributed
+
+        distributed.shutdown()  # peers may be gone: no barrier
+        raise
+
+
 if __name__ == "__main__":
-    exit_code = main()
+    exit_code = _run()
     # Everything is written, closed and the groups destroyed: skip the interpreter's teardown, where gloo's
     # threads releasing their last work objects can still abort a finished rank (SIGABRT after "done", seen
     # on loaded hosts). An exception out of main() exits the usual way, with its traceback.

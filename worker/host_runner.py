@@ -6,7 +6,8 @@ work horse is: it starts in milliseconds with every module loaded (a fresh inter
 enough for a placement's lease to lapse on a busy host), drops the parent's database connections and
 Redis reconnects by itself, and a supervisor that dies takes only its own task down. A worker SIGKILLed
 alone leaves its supervisors running their jobs to the end; SIGTERM (docker stop) is forwarded to every one
-of them, which checkpoints and requeues its job, and the worker exits once they have.
+of them once the host has left the scheduler's view, each checkpoints and requeues its job, and the worker
+exits once they have.
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ from worker.supervisor import run_node
 
 log = logging.getLogger(__name__)
 
+# How often a stopping host repeats its SIGTERM to the tasks still running.
+STOP_RESEND_S = 2.0
+
 
 class HostRunner:
     def __init__(self, host_id: str, redis: Redis, pop_timeout_s: int = 1, on_stopping: Callable[[], None] | None = None):
@@ -48,9 +52,12 @@ class HostRunner:
         self._next_beat = 0.0
 
     def _on_stop(self, signum: int, _frame: FrameType | None) -> None:
+        # Only noted here: the loop leaves the scheduler's view before it stops the supervisors (see _loop).
         if not self.stopping:
             log.warning("host %s stopping: preempting %d task(s)", self.host_id, len(self.children))
         self.stopping = True
+
+    def _stop_children(self) -> None:
         for pid in list(self.children):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
@@ -85,9 +92,17 @@ class HostRunner:
                 continue
             self._start(task)
             self._next_beat = 0.0
+        # Out of the scheduler's view first: stopped before, the supervisors handed their jobs back while this
+        # host still looked free, and the scheduler placed them here again, on a host that no longer pops tasks.
         if self.on_stopping is not None:
             self.on_stopping()
-        while self.children:  # each supervisor hands its job back, then exits
+        # Then every supervisor, the one started from the last pop included, hands its job back and exits. Sent
+        # again while any runs: a task forked a moment before the first has no handler of its own yet, and ignores it.
+        next_stop = 0.0
+        while self.children:
+            if time.monotonic() >= next_stop:
+                self._stop_children()
+                next_stop = time.monotonic() + STOP_RESEND_S
             self._reap()
             time.sleep(0.2)
 
@@ -135,7 +150,10 @@ class HostRunner:
 def _child(job_id: str, attempt: int, node_rank: int) -> int:
     """The forked task: its own signal handling, then the node's supervisor or follower; an exit code, never a return."""
     try:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the supervisor installs its own
+        # Swallowed until the supervisor installs its own: a stop in between is sent again (HostRunner._loop), where
+        # the default action would end the task before it could hand its job back. A handler, not SIG_IGN, which
+        # every process started from here would inherit.
+        signal.signal(signal.SIGTERM, _before_supervised)
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C reaches the worker, which forwards a SIGTERM
         verdict = run_node(job_id, attempt, node_rank)
         log.info("job %s attempt %d node %d: %s", job_id, attempt, node_rank, verdict, extra={"job_id": job_id})
@@ -143,3 +161,7 @@ def _child(job_id: str, attempt: int, node_rank: int) -> int:
     except BaseException:  # noqa: BLE001 - a child must never return into the parent's loop
         log.exception("job %s attempt %d node %d: task failed", job_id, attempt, node_rank, extra={"job_id": job_id})
         return 1
+
+
+def _before_supervised(signum: int, _frame: FrameType | None) -> None:
+    """A task's SIGTERM before its supervisor listens: the host runner sends it again."""

@@ -150,7 +150,8 @@ class Supervisor(Verdicts):
             self.session.close()
 
     def _on_sigterm(self, signum: int, _frame: FrameType | None) -> None:
-        log.warning("job %s: worker is stopping; preempting the attempt", self.job_id, extra=self.log_extra)
+        if not self.preempt_requested:  # a stopping host repeats its SIGTERM until the task ends
+            log.warning("job %s: worker is stopping; preempting the attempt", self.job_id, extra=self.log_extra)
         self.preempt_requested = True
 
     def _claim(self) -> Job:

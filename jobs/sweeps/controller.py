@@ -276,7 +276,9 @@ def _sweep_pass(session: Session, redis: Redis, settings: Settings, sweep_row: S
     if top is not None and (top.number, top.last_value) != (sweep_row.best_trial, sweep_row.best_value):
         score = top.rung_values[str(max(int(k) for k in top.rung_values))] if top.rung_values else top.last_value
         values.update(best_trial=top.number, best_value=score)
-    if len(trials) >= sweep.trial_count and all(t.row.state in ENDED for t in trials):
+    # Ended when every trial is decided and every trial's job has ended too: a trial stopped early is decided at
+    # once, while its job still checkpoints and frees its devices.
+    if len(trials) >= sweep.trial_count and all(t.row.state in ENDED and _job_ended(t) for t in trials):
         ok = any(t.row.state == "succeeded" for t in trials)
         values.update(status="succeeded" if ok else "failed", finished_at=utcnow(),
                       message=None if ok else "no trial succeeded")
@@ -285,6 +287,10 @@ def _sweep_pass(session: Session, redis: Redis, settings: Settings, sweep_row: S
         session.exec(sa.update(Sweep).where(Sweep.id == sweep_row.id, Sweep.status == "running")  # type: ignore[call-overload]
                      .values(updated_at=utcnow(), **values))
         session.commit()
+
+
+def _job_ended(t: _Trial) -> bool:
+    return t.job is None or Status(t.job[0]).terminal
 
 
 def run_pass(session: Session, redis: Redis, settings: Settings) -> int:

@@ -42,7 +42,7 @@ class World:
         with session_of(self.settings) as s:
             return list(s.exec(select(Job).order_by(Job.id)).all())  # type: ignore[arg-type]
 
-    def step(self, lr_of: dict[str, float], steps: int = 10) -> None:
+    def step(self, lr_of: dict[str, float], steps: int = 10, end_cancels: bool = True) -> None:
         for job in self.jobs():
             if job.status == Status.QUEUED.value and job.hold is None:
                 start_job(self.settings, job.id)
@@ -57,7 +57,7 @@ class World:
                                                 "epoch": 0, "values": {"eval/loss": loss(lr_of[job.id], at)}}])
                 if at >= job.spec["train"]["max_steps"]:
                     finish_job(self.settings, job.id)
-            elif job.status == Status.CANCELLING.value:
+            elif job.status == Status.CANCELLING.value and end_cancels:
                 finish_job(self.settings, job.id, Status.CANCELLED, reason="stopped")
 
 
@@ -159,3 +159,25 @@ def test_brackets_start_later_rungs_and_rank_their_own_trials(client: TestClient
     stopped = next(t for t in trials if t["state"] == "stopped" and t["bracket"] == 1)
     job = client.get(f"/v1/jobs/{stopped['job_id']}").json()
     assert any("not among the best 1/3 of bracket 1 at rung 1" in tr["reason"] for tr in job["transitions"]), job["transitions"]
+
+
+
+def test_a_sweep_ends_only_once_its_stopped_trials_jobs_have_ended(client: TestClient, settings: Settings) -> None:
+    sweep_id = client.post("/v1/sweeps", json=asha_sweep(max_trials=3, asha={
+        "min_resource": 10, "reduction_factor": 3, "rungs": 2, "sampler": "grid"})).json()["id"]
+    world = World(settings)
+    lr_of: dict[str, float] = {}
+    for _ in range(50):
+        world.controller()
+        lr_of.update({t["job_id"]: t["params"]["train.lr"] for t in client.get(f"/v1/sweeps/{sweep_id}").json()["trials"]})
+        jobs = world.jobs()
+        if len(jobs) == 3 and all(j.status in ("succeeded", "cancelling") for j in jobs):
+            break
+        world.step(lr_of, end_cancels=False)  # the stopped trials' jobs are still checkpointing
+    world.controller()
+    detail = client.get(f"/v1/sweeps/{sweep_id}").json()
+    assert sorted(t["state"] for t in detail["trials"]) == ["stopped", "stopped", "succeeded"]
+    assert detail["status"] == "running"  # every trial decided, but two jobs still hold their devices
+    world.step(lr_of)  # their cancels end
+    world.controller()
+    assert client.get(f"/v1/sweeps/{sweep_id}").json()["status"] == "succeeded"
