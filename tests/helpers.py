@@ -57,6 +57,14 @@ def wait_until(predicate: Callable[[], Any], timeout_s: float, interval_s: float
         time.sleep(interval_s)
 
 
+def assert_resumed_after_a_kill(job: dict[str, Any]) -> None:
+    """A job whose worker was killed once went on to succeed: its last attempt succeeded and, between the killed
+    first and that one, only placements that lapsed on a busy machine before their worker adopted ("lost") or
+    started ("not_started") them, which run nothing and cost no retry."""
+    outcomes = [a["outcome"] for a in job["attempts"]]
+    assert len(outcomes) >= 2 and outcomes[-1] == "succeeded" and set(outcomes[1:-1]) <= {"lost", "not_started"}, outcomes
+
+
 def wait_for_api(proc: subprocess.Popen[bytes], url: str, log_path: Path, timeout_s: float = 60) -> None:
     """Until ``url``/readyz answers 200; fails at once, with the log's tail, if the process exits first."""
 

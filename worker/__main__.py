@@ -19,6 +19,7 @@ from jobs.scheduler import SchedulerLoop
 from jobs.settings import get_settings
 from jobs.sweeps.controller import SweepLoop
 from trainer.pdeathsig import set_not_dumpable
+from worker import mlflow_runs
 from worker.host import HostHeartbeat, inventory
 from worker.host_runner import HostRunner
 from worker.isolation import on_worker_start
@@ -49,6 +50,8 @@ def main(argv: list[str] | None = None) -> None:
     # Each node task is a fresh interpreter with this environment (worker/host_runner.py); it reads its host id there.
     os.environ["TORCHYARD_WORKER_ID"] = settings.worker_id = name
     init_db(get_engine(settings.database_url))
+    if settings.mlflow_tracking_uri:
+        mlflow_runs.preload()
     with Session(get_engine(settings.database_url)) as session:
         on_worker_start(settings, session, name)
     ReconcilerLoop(settings, interval_s=max(1.0, settings.lease_ttl_s / 2)).start()

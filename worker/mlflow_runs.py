@@ -22,6 +22,17 @@ TIMEOUT_S = 10.0
 _STATUS = {"succeeded": "FINISHED", "failed": "FAILED"}  # cancelled, preempted, lost: KILLED
 
 
+def preload() -> None:
+    """Import MLflow's client in the worker, before any task is forked: each task's settle is then a couple of
+    HTTP calls, where importing it there (1.4 s idle on 2 cores, several times that beside training ranks) could
+    use up ``TIMEOUT_S`` and leave a failed job's run RUNNING."""
+    try:
+        import mlflow.tracking  # noqa: F401
+    except ImportError:
+        log.warning("TORCHYARD_MLFLOW_TRACKING_URI is set but mlflow is not installed in the worker: the MLflow "
+                    "run of a killed rank keeps the status it had")
+
+
 def settle(run_dir: Path, outcome: str, tracking_uri: str | None) -> None:
     """Give the job's MLflow run (if it has one) the status of this attempt's ``outcome``."""
     run_id = recorded_run_id(run_dir) if tracking_uri else None

@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from tests.helpers import ROOT, Services, wait_until
+from tests.helpers import ROOT, Services, assert_resumed_after_a_kill, wait_until
 
 
 def ranks_path(*modules: ModuleType) -> str:
@@ -36,7 +36,7 @@ def checkpoints(client: httpx.Client, job_id: str) -> list[dict[str, Any]]:
 def killed_and_resumed(services: Services, script: str, spec: dict[str, Any], saved_step: int, pythonpath: str,
                        timeout_s: float = 300) -> Iterator[tuple[httpx.Client, dict[str, Any]]]:
     """Run ``script`` (as ``train.py``) under ``spec``; once a checkpoint of at least ``saved_step`` is listed, SIGKILL
-    the worker and start another. Yields an API client and the finished job, asserted succeeded on attempt 2."""
+    the worker and start another. Yields an API client and the finished job, asserted resumed after the kill."""
     (services.settings.code_dir / "train.py").write_text(script)
     services.start_api()
     first = services.start_worker(PYTHONPATH=pythonpath)
@@ -52,7 +52,7 @@ def killed_and_resumed(services: Services, script: str, spec: dict[str, Any], sa
         job = services.wait_status(client, job_id, {"succeeded", "failed", "cancelled"}, timeout_s=timeout_s)
         logs = rank_logs(Path(job["run_dir"]), job["attempt"]) if job.get("run_dir") else ""
         assert job["status"] == "succeeded", (job["error"], logs[-3000:])
-        assert job["attempt"] == 2
+        assert_resumed_after_a_kill(job)
         assert job["transitions"][-1]["reason"] == "torchrun exited 0"  # one process group of 2: no warning
         yield client, job
 
