@@ -38,11 +38,10 @@ run:
 install-test: install-torch
 	$(PYTHON) -m pip install -e '.[test]'
 
-# TEST_PROCESSES=3 runs three test files at a time (pytest-xdist; each file whole in one process, so its module
-# fixtures start once): 21 min on 2 cores against about 60 in one process, since most of a slow test's time is
-# waiting for torchrun, the API or a worker to start. The default, 0, is pytest's own single process: under the
-# load of three at once some worker-kill and MLflow tests still miss their deadlines now and then.
-TEST_PROCESSES ?= 0
+# Three test files at a time (pytest-xdist; each file whole in one process, so its module fixtures start once):
+# about 22 min on 2 cores against 33 one after another, since most of a slow test's time is waiting for torchrun,
+# the API or a worker to start. TEST_PROCESSES=0: pytest's own single process.
+TEST_PROCESSES ?= 3
 
 test: install-test
 	$(PYTHON) -m ruff check .
