@@ -8,7 +8,7 @@ import pytest
 
 from jobs.settings import Settings
 from tests.chaos.conftest import assert_nothing_lost, attempts, faults, slow, spec, wait_step
-from tests.helpers import Services, wait_until
+from tests.helpers import Services, assert_resumed_after_a_kill, wait_until
 from worker.processes import marked_processes
 
 TERMINAL = {"succeeded", "failed", "cancelled"}
@@ -27,10 +27,10 @@ def test_whole_worker_sigkilled_mid_job_resumes_on_a_new_worker(services: Servic
         services.start_worker("rescuer")
         job = services.wait_status(client, job_id, TERMINAL, timeout_s=120)
         assert_nothing_lost(client, job, 40)
-        assert job["attempt"] == 2
+        assert_resumed_after_a_kill(job)
     tries = attempts(settings, job_id)
-    assert [a.outcome for a in tries] == ["lost", "succeeded"]
-    assert tries[1].resumed_from_step is not None and tries[1].resumed_from_step >= 10
+    assert "lost" in [t.outcome for t in tries[:-1]]  # the attempt the kill ended
+    assert tries[-1].resumed_from_step is not None and tries[-1].resumed_from_step >= 10
 
 
 def test_sigkill_of_only_the_rq_main_process_loses_nothing(services: Services) -> None:

@@ -28,6 +28,14 @@ def rank_logs(run_dir: Path, attempt: int) -> str:
     return "\n".join(f.read_text(errors="replace") for f in sorted((run_dir / "logs" / f"attempt-{attempt}").rglob("*.log")))
 
 
+def killed_and_resumed_logs(job: dict[str, Any]) -> tuple[str, str]:
+    """The rank logs of the attempt the worker kill ended (the first that ran: a placement that lapsed on a busy
+    machine before it started has none) and of the last, which resumed."""
+    run_dir = Path(job["run_dir"])
+    first = next((logs for a in range(1, job["attempt"]) if (logs := rank_logs(run_dir, a))), "")
+    return first, rank_logs(run_dir, job["attempt"])
+
+
 def checkpoints(client: httpx.Client, job_id: str) -> list[dict[str, Any]]:
     return client.get(f"/v1/jobs/{job_id}/checkpoints").json()["items"]
 

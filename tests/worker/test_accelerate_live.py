@@ -6,12 +6,11 @@ through ``resume_args`` (``--resume``), as Accelerate's own examples do. Runs wh
 from __future__ import annotations
 
 import textwrap
-from pathlib import Path
 
 import pytest
 
 from tests.helpers import Services
-from tests.worker.frameworks import archive_names, checkpoints, killed_and_resumed, rank_logs, ranks_path
+from tests.worker.frameworks import archive_names, checkpoints, killed_and_resumed, killed_and_resumed_logs, ranks_path
 
 pytestmark = pytest.mark.slow
 
@@ -70,7 +69,7 @@ def test_accelerate_script_unchanged_metrics_checkpoints_and_resume(services: Se
             "resume_args": ["--resume", "{checkpoint}"]}
     with killed_and_resumed(services, SCRIPT, spec, 2 * SAVE_EVERY, ranks_path(accelerate)) as (client, job):
         job_id = job["id"]
-        first, second = rank_logs(Path(job["run_dir"]), 1), rank_logs(Path(job["run_dir"]), job["attempt"])
+        first, second = killed_and_resumed_logs(job)
         assert "num_processes=2" in first and "num_processes=1" not in first  # distributed on CPUs, not two lone ranks
         resumed = job["attempts"][-1]["resumed_from_step"]
         assert resumed >= 2 * SAVE_EVERY and f"at step {resumed}" in second, second[-2000:]  # Accelerate's own load_state

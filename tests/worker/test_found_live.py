@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from tests.helpers import Services, assert_resumed_after_a_kill, wait_until
+from tests.worker.frameworks import killed_and_resumed_logs
 from torchyard import Client
 
 pytestmark = pytest.mark.slow
@@ -82,15 +83,13 @@ def test_unchanged_script_metrics_checkpoints_and_resume_after_a_worker_kill(ser
         job = services.wait_status(client, job_id, {"succeeded", "failed", "cancelled"}, timeout_s=240)
         assert job["status"] == "succeeded", job["error"]
         assert_resumed_after_a_kill(job)
-        run_dir = Path(job["run_dir"])
-        logs = {a: "\n".join(f.read_text(errors="replace") for f in (run_dir / "logs" / f"attempt-{a}").rglob("*.log"))
-                for a in (1, job["attempt"])}
-        assert "starts after step 0 (ckpt_path=None)" in logs[1]
-        assert "accelerate on cpu: 1" in logs[1]  # a CPU-only placement: what Accelerate and the HF Trainer need
+        first, last = killed_and_resumed_logs(job)
+        assert "starts after step 0 (ckpt_path=None)" in first
+        assert "accelerate on cpu: 1" in first  # a CPU-only placement: what Accelerate and the HF Trainer need
         assert job["transitions"][-1]["reason"] == "torchrun exited 0"  # both ranks formed the group: no warning
-        resumed = [line for line in logs[job["attempt"]].splitlines() if "starts after step" in line]
+        resumed = [line for line in last.splitlines() if "starts after step" in line]
         assert resumed and all("starts after step 0 " not in line for line in resumed), resumed  # not from zero
-        assert "lightning_logs/version_0/checkpoints/epoch=0-step=" in logs[job["attempt"]]
+        assert "lightning_logs/version_0/checkpoints/epoch=0-step=" in last
 
         attempts = job["attempts"]
         assert attempts[-1]["resumed_from_step"] in range(10, 41, 5)
@@ -109,4 +108,4 @@ def test_unchanged_script_metrics_checkpoints_and_resume_after_a_worker_kill(ser
             assert sorted(tar.getnames()) == ["checkpoint-41/pytorch_model.bin", "checkpoint-41/trainer_state.json"]
         final = client.get(f"/v1/jobs/{job_id}/checkpoints/40/weights")
         assert final.status_code == 200
-        assert final.content == (run_dir / "workdir/lightning_logs/version_0/checkpoints/epoch=0-step=40.ckpt").read_bytes()
+        assert final.content == (Path(job["run_dir"]) / "workdir/lightning_logs/version_0/checkpoints/epoch=0-step=40.ckpt").read_bytes()

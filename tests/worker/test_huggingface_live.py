@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import Services
-from tests.worker.frameworks import archive_names, checkpoints, killed_and_resumed, rank_logs, ranks_path
+from tests.worker.frameworks import archive_names, checkpoints, killed_and_resumed, killed_and_resumed_logs, ranks_path
 
 pytestmark = pytest.mark.slow
 
@@ -71,7 +71,7 @@ def test_huggingface_trainer_unchanged_fine_tunes_a_real_model_with_metrics_chec
     with killed_and_resumed(services, SCRIPT, spec, SAVE_STEPS, ranks_path(transformers, model_package)) as (client, job):
         job_id = job["id"]
         run_dir = Path(job["run_dir"])
-        first, second = rank_logs(run_dir, 1), rank_logs(run_dir, 2)
+        first, second = killed_and_resumed_logs(job)
         assert "world_size=2" in first, first[-2000:]  # distributed on CPUs, not two lone ranks
         resumed = job["attempts"][-1]["resumed_from_step"]
         # The Trainer's own resume, from the checkpoint resume_args named (it says so at info level).

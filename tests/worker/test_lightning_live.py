@@ -6,12 +6,11 @@ Runs where Lightning is installed (the ``test`` extra pins it)."""
 from __future__ import annotations
 
 import textwrap
-from pathlib import Path
 
 import pytest
 
 from tests.helpers import Services
-from tests.worker.frameworks import checkpoints, killed_and_resumed, rank_logs, ranks_path
+from tests.worker.frameworks import checkpoints, killed_and_resumed, killed_and_resumed_logs, ranks_path
 
 pytestmark = pytest.mark.slow
 
@@ -61,7 +60,7 @@ def test_lightning_script_unchanged_metrics_checkpoints_and_resume(services: Ser
     spec = {"name": "lit", "args": ["--epochs", "6"], "resume_args": ["--ckpt_path", "{checkpoint}"]}
     with killed_and_resumed(services, SCRIPT, spec, 2 * STEPS_PER_EPOCH, ranks_path(lightning)) as (client, job):
         job_id = job["id"]
-        second = rank_logs(Path(job["run_dir"]), 2)
+        _, second = killed_and_resumed_logs(job)
         assert "Restoring states from the checkpoint path at" in second  # Lightning's own resume, from --ckpt_path
         assert job["attempts"][-1]["resumed_from_step"] >= 2 * STEPS_PER_EPOCH
 
