@@ -83,10 +83,12 @@ def test_a_two_process_job_succeeds_with_metrics_and_checkpoints_in_sql(services
     assert job["status"] == "succeeded", job["error"]
     assert loss_steps(client, job_id) == list(range(1, 9))
     assert _checkpoint_steps(client, job_id) == [4, 8]
-    # The Slurm job id, in the job and in its one attempt: what an operator looks up in squeue or sacct.
+    # The Slurm job id, in the job and in the attempt that ran: what an operator looks up in squeue or sacct. A
+    # placement can lapse before its worker adopts it ("not_started": nothing ran), see docs/operations.md.
     assert job["executor_id"] and job["executor_id"].isdigit()
-    assert [(a["attempt"], a["executor_id"], a["outcome"]) for a in job["attempts"]] == [(1, job["executor_id"], "succeeded")]
-    assert (Path(job["run_dir"]) / "logs" / "attempt-1" / "sbatch.sh").exists()
+    ran = [(a["attempt"], a["executor_id"], a["outcome"]) for a in job["attempts"] if a["outcome"] != "not_started"]
+    assert ran == [(job["attempt"], job["executor_id"], "succeeded")], job["attempts"]
+    assert (Path(job["run_dir"]) / "logs" / f"attempt-{job['attempt']}" / "sbatch.sh").exists()
     assert slurm.jobs() == []
     assert marked_processes(job_id) == []
 
