@@ -22,7 +22,10 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Engine
 
-from jobs import models  # noqa: F401  (registers the tables on SQLModel.metadata)
+from jobs import (
+    fork_guard,
+    models,  # noqa: F401  (registers the tables on SQLModel.metadata)
+)
 from jobs.settings import get_settings
 
 log = logging.getLogger(__name__)
@@ -46,6 +49,7 @@ def make_engine(url: str) -> Engine:
             _create_private(path)
         engine = sa.create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
         sa.event.listen(engine, "connect", _sqlite_pragmas)
+        fork_guard.count_connections(engine)  # the worker forks its tasks: jobs/fork_guard.py
         return engine
     return sa.create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20, connect_args=_postgres_timeouts())
 

@@ -26,6 +26,7 @@ from rq import Queue
 from rq.exceptions import DequeueTimeout, NoSuchJobError
 from rq.job import Job as RQJob
 
+from jobs import fork_guard
 from jobs.scheduler import host_queue
 from worker.rq_worker import TorchyardWorker
 from worker.supervisor import run_node
@@ -127,7 +128,8 @@ class HostRunner:
     def _start(self, task: RQJob) -> None:
         job_id, attempt, node_rank = task.args
         name = f"job {job_id} attempt {attempt} node {node_rank}"
-        pid = os.fork()
+        with fork_guard.GUARD.quiet():  # no SQLite lock of another thread may cross into the child
+            pid = os.fork()
         if pid == 0:
             os._exit(_child(str(job_id), int(attempt), int(node_rank)))
         self.children[pid] = name
