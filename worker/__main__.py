@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> None:
     # Jobs run as this process's user: keep its environment (database URL, secrets key) and memory from them.
     set_not_dumpable()
     name = args.name or settings.worker_id or f"{socket.gethostname()}:{os.getpid()}"
-    # Each node task is a fresh interpreter with this environment (worker/host_runner.py); it reads its host id there.
+    # Each node task is a forked child (worker/host_runner.py) that reads its host id from this environment.
     os.environ["TORCHYARD_WORKER_ID"] = settings.worker_id = name
     init_db(get_engine(settings.database_url))
     if settings.mlflow_tracking_uri:

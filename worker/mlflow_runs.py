@@ -24,7 +24,7 @@ _STATUS = {"succeeded": "FINISHED", "failed": "FAILED"}  # cancelled, preempted,
 
 def preload() -> None:
     """Import MLflow's client in the worker, before any task is forked: each task's settle is then a couple of
-    HTTP calls, where importing it there (1.4 s idle on 2 cores, several times that beside training ranks) could
+    HTTP calls, where importing it there (1.4 s on an idle 2-core machine, longer beside training ranks) could
     use up ``TIMEOUT_S`` and leave a failed job's run RUNNING."""
     try:
         import mlflow.tracking  # noqa: F401

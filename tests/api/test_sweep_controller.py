@@ -161,7 +161,6 @@ def test_brackets_start_later_rungs_and_rank_their_own_trials(client: TestClient
     assert any("not among the best 1/3 of bracket 1 at rung 1" in tr["reason"] for tr in job["transitions"]), job["transitions"]
 
 
-
 def test_a_sweep_ends_only_once_its_stopped_trials_jobs_have_ended(client: TestClient, settings: Settings) -> None:
     sweep_id = client.post("/v1/sweeps", json=asha_sweep(max_trials=3, asha={
         "min_resource": 10, "reduction_factor": 3, "rungs": 2, "sampler": "grid"})).json()["id"]
