@@ -32,15 +32,17 @@ from trainer.spec import JobSpec
 log = logging.getLogger(__name__)
 
 
-def _grad_norm_and_clip(model: nn.Module, max_norm: float | None) -> torch.Tensor | None:
-    """Global gradient norm (clipping to max_norm when set); a device tensor, never synced here."""
+def _grad_norm_and_clip(params: list[nn.Parameter], max_norm: float | None) -> torch.Tensor | None:
+    """Global gradient norm (clipping to max_norm when set); a device tensor, never synced here.
+    ``params`` is listed once before training: walking the module tree for it every step cost about 5%
+    of a small model's step (docs/BENCHMARKS.md, "Training throughput")."""
     if max_norm is None:
         return None
-    grads = [p.grad for p in model.parameters() if p.grad is not None]
-    norm = torch.nn.utils.get_total_norm(grads, norm_type=2.0, foreach=True)
+    with_grad = [p for p in params if p.grad is not None]
+    norm = torch.nn.utils.get_total_norm([p.grad for p in with_grad], norm_type=2.0, foreach=True)
     if hasattr(norm, "full_tensor"):
         norm = norm.full_tensor()  # FSDP: per-shard partial norms reduced to the global norm
-    torch.nn.utils.clip_grads_with_norm_([p for p in model.parameters() if p.grad is not None], max_norm, norm, foreach=True)
+    torch.nn.utils.clip_grads_with_norm_(with_grad, max_norm, norm, foreach=True)
     return norm
 
 
@@ -100,6 +102,7 @@ def run(spec: JobSpec, run_dir: Path, rank: RankInfo, data_dir: Path | None) -> 
     # On the CPU only for plain DDP: pipeline and tensor-parallel stages keep the default kernels there.
     fused = wrapped.strategy == "ddp" and (rank.device.type == "cuda" or wrapped.data_rank is None)
     optimizer = build_optimizer(net, t, fused=fused)
+    params = list(net.parameters())
     scheduler = build_scheduler(optimizer, t, total_steps)
     scaler = grad_scaler(wrapped, t.precision, rank.device)
     # Per data-parallel rank stream for dropout (tensor-parallel ranks must drop the same replicated activations);
@@ -137,7 +140,7 @@ def run(spec: JobSpec, run_dir: Path, rank: RankInfo, data_dir: Path | None) -> 
             epoch_iter = batches.epoch(pos.epoch)
             continue
         profiler.before(pos.step + 1)
-        loss_sum = torch.zeros((), device=rank.device)
+        loss_sum = None
         if pipe is not None:  # the schedule runs forward and backward over its own micro-batches
             (x, y), = micro_batches
             with autocast:
@@ -148,16 +151,18 @@ def run(spec: JobSpec, run_dir: Path, rank: RankInfo, data_dir: Path | None) -> 
             with sync:
                 with autocast:
                     out = net(x)
-                loss = tasks.train_loss(task, out, y) / accum
+                loss = tasks.train_loss(task, out, y)
+                if accum > 1:  # a division is an autograd node too: only where it changes the value
+                    loss = loss / accum
                 (scaler.scale(loss) if scaler is not None else loss).backward()
-            loss_sum += loss.detach()
+            loss_sum = loss.detach() if loss_sum is None else loss_sum + loss.detach()
         if scaler is not None:
             scaler.unscale_(optimizer)
         if wrapped.data_rank is not None:  # parameters split over stages or sharded over a 2-D mesh
             parts = pipe.parts if pipe is not None else [net]
             grad_norm = clip_grad_norm(parts, t.grad_clip, pipe.group if pipe is not None else None)
         else:
-            grad_norm = _grad_norm_and_clip(net, t.grad_clip)
+            grad_norm = _grad_norm_and_clip(params, t.grad_clip)
         lr = optimizer.param_groups[0]["lr"]
         if scaler is not None:
             scaler.step(optimizer)

@@ -19,13 +19,11 @@ from trainer.system_metrics import SystemSampler
 log = logging.getLogger(__name__)
 
 
-def memory_bytes(device: torch.device) -> int:
-    """Peak CUDA memory allocated on a GPU; process RSS on the CPU."""
+def memory_bytes(device: torch.device, system: SystemSampler) -> int:
+    """Peak CUDA memory allocated on a GPU; process RSS (the system sampler's last reading) on the CPU."""
     if device.type == "cuda":
         return int(torch.cuda.max_memory_allocated(device))
-    import psutil
-
-    return int(psutil.Process().memory_info().rss)
+    return int(system.rss_bytes)
 
 
 # Dense bf16 peak FLOP/s per GPU for MFU; unknown GPUs report no MFU rather than a wrong one.
@@ -113,14 +111,15 @@ class MetricsReporter:
         steps = max(1, step - self._step0)
         norm = grad_norm.detach().float() if grad_norm is not None else torch.zeros((), device=loss.device)
         # Rank 0's step time rides along (others add 0), so every rank gets exactly the same number.
-        own_time = torch.tensor(elapsed / steps if self.rank.is_main else 0.0, device=loss.device)
         # Each rank's system sample rides in its own slot of the same all-reduce (others add 0): a gather for free.
+        # The host values are one tensor, built in Python: this runs every few milliseconds on a small model.
         width = len(self.system.names)
+        host = [elapsed / steps if self.rank.is_main else 0.0] + [0.0] * (self.rank.world_size * width)
+        mine = 1 + self.rank.rank * width
+        host[mine:mine + width] = self.system.sample()
         # float64: byte counts of several GiB lose their low digits in float32.
-        slots = torch.zeros(self.rank.world_size * width, dtype=torch.float64, device=loss.device)
-        mine = self.rank.rank * width
-        slots[mine:mine + width] = torch.tensor(self.system.sample(), dtype=torch.float64, device=loss.device)
-        stats = torch.cat([torch.stack([loss.detach().double(), norm.double(), own_time.double()]), slots])
+        stats = torch.cat([torch.stack([loss.detach().float(), norm]).double(),
+                           torch.tensor(host, dtype=torch.float64, device=loss.device)])
         work = dist.all_reduce(stats, async_op=True) if self.rank.world_size > 1 else None
         self._pending = _Pending(step, epoch, stats, work, elapsed, steps, lr, grad_norm is not None, time.time(), width)
         self.reset_window(step)
@@ -141,7 +140,7 @@ class MetricsReporter:
             "train/lr": p.lr,
             "train/samples_per_s": samples_per_s,
             "train/step_time_s": p.elapsed / p.steps,
-            "train/mem_bytes": float(memory_bytes(self.rank.device)),
+            "train/mem_bytes": float(memory_bytes(self.rank.device, self.system)),
         }
         if p.has_norm:
             values["train/grad_norm"] = norm_v

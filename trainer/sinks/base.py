@@ -32,14 +32,21 @@ class Sink(Protocol):
 
 
 _STOP = object()
+# After each batch the thread waits this long before taking the next: points then go to the sinks a batch at a
+# time, not one by one as the step reports them (every few milliseconds on a small model), so the thread wakes,
+# and takes the interpreter lock from the step, a couple of times a second at most. Closing cuts the wait short.
+LINGER_S = 0.5
 
 
 class SinkRunner:
     """Feeds sinks from a bounded queue on a daemon thread. ``put`` never blocks: when the queue is full
     (a sink far behind), the point is dropped and counted rather than the step waiting."""
 
-    def __init__(self, sinks: Sequence[Sink], max_queued: int = 100_000, batch: int = 1000, close_timeout_s: float = 60.0):
+    def __init__(self, sinks: Sequence[Sink], max_queued: int = 100_000, batch: int = 1000, close_timeout_s: float = 60.0,
+                 linger_s: float = LINGER_S):
         self.sinks = list(sinks)
+        self._linger_s = linger_s
+        self._closing = threading.Event()
         self.dropped = 0
         self._batch = batch
         self._close_timeout_s = close_timeout_s
@@ -74,6 +81,7 @@ class SinkRunner:
         if self._closed:
             return
         self._closed = True
+        self._closing.set()
         self._failed = getattr(sys, "last_value", None) is not None if failed is None else failed
         try:
             self._queue.put(_STOP, timeout=self._close_timeout_s)  # the one item that must arrive, unless a sink is stuck
@@ -111,6 +119,8 @@ class SinkRunner:
                 except Exception:  # noqa: BLE001
                     log.exception("metric sink %s failed; it is skipped from now on", sink.name)
                     live.remove(sink)
+            if not stopping and len(batch) < self._batch:  # a full batch: more is waiting, take it at once
+                self._closing.wait(self._linger_s)
         for sink in self.sinks:
             if sink in live:
                 try:
