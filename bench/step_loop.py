@@ -36,6 +36,7 @@ class StepLoop:
         self.net = DDP(build_model("mlp", {"hidden": 256, "layers": 2, "dropout": 0.0}, DataInfo("classification", (32,), 10)),
                        gradient_as_bucket_view=True)
         self.opt = torch.optim.AdamW(self.net.parameters(), lr=1e-3)
+        self.params = list(self.net.parameters())
         g = torch.Generator().manual_seed(self.rank)
         self.x, self.y = torch.randn(4096, 32, generator=g), torch.randint(10, (4096,), generator=g)
         self.micro = GLOBAL_BATCH // world
@@ -46,7 +47,7 @@ class StepLoop:
         i = (self.step * self.micro) % (len(self.x) - self.micro)
         loss = F.cross_entropy(self.net(self.x[i:i + self.micro]), self.y[i:i + self.micro])
         loss.backward()
-        norm = _grad_norm_and_clip(self.net, 1.0)
+        norm = _grad_norm_and_clip(self.params, 1.0)
         lr = self.opt.param_groups[0]["lr"]
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
