@@ -8,8 +8,9 @@ costing one GPU-second and every launch (a start, or a resume from the checkpoin
 overhead: the full search runs every trial to step 810; ASHA (eta 3, 4 rungs at 30, 90, 270 and 810 steps)
 goes through ``jobs.sweeps.asha.decide`` exactly as the controller calls it, trials pausing at their rung,
 reading their metric there from the measured curve, and resuming where they paused when promoted. The same
-curves are replayed with a later first rung and with 2 to 4 brackets (asynchronous Hyperband). Figures:
-GPU-hours, the simulated wall clock, and the best final eval/accuracy each search finds.
+curves are replayed with a later first rung and with 2 to 4 brackets (asynchronous Hyperband). Every task is
+trained under a constant learning rate and under a cosine schedule. Figures: GPU-hours, the simulated wall
+clock, and the best final eval/accuracy each search finds.
 """
 
 from __future__ import annotations
@@ -40,10 +41,16 @@ CONFIG = {"trials": 27, "eta": 3, "rungs": 4, "min_resource": 30, "slots": 8, "h
 LATE_START = {"min_resource": 90, "rungs": 3}
 TASKS = {"10 classes": {"samples": 4096, "features": 32, "classes": 10, "eval_samples": 2048},
          "4 classes": {"samples": 2048, "features": 16, "classes": 4, "eval_samples": 1024}}
+# Each task under two of the trainer's learning-rate schedules: constant (the spec's default) and cosine to zero
+# over the trial's steps (a trial's max_steps is the last rung's resource, so a paused and promoted trial follows
+# the same schedule as one trained straight through). With a constant rate the fast starters lead early and then
+# stall, so the early rungs rank trials nearly at random; an annealing rate is what a search over learning rates
+# is normally run with.
+SCHEDULES = ("constant", "cosine")
 
 
 def sweep_spec(task: dict[str, Any] | None = None, min_resource: int | None = None, rungs: int | None = None,
-               brackets: int = 1) -> SweepSpec:
+               brackets: int = 1, schedule: str = "constant") -> SweepSpec:
     return SweepSpec.model_validate({
         "name": "bench", "method": "asha", "metric": CONFIG["metric"], "mode": CONFIG["mode"], "max_trials": CONFIG["trials"],
         "max_concurrent_trials": CONFIG["slots"], "seed": CONFIG["seed"],
@@ -53,7 +60,8 @@ def sweep_spec(task: dict[str, Any] | None = None, min_resource: int | None = No
                   "model.args.hidden": {"type": "choice", "values": [16, 64, 256]}},
         "spec": {"name": "bench", "model": {"name": "mlp"}, "parallel": {"nproc_per_node": 1, "device": "cpu"},
                  "data": {"name": "synthetic-classification", "args": task or TASKS["10 classes"]},
-                 "train": {"epochs": 100, "global_batch_size": 32}, "checkpoint": {"every_steps": 100000}},
+                 "train": {"epochs": 100, "global_batch_size": 32, "schedule": {"name": schedule}},
+                 "checkpoint": {"every_steps": 100000}},
     })
 
 
@@ -151,13 +159,17 @@ def spearman(xs: list[float], ys: list[float]) -> float:
 
 def sweeps(ctx: Ctx) -> dict[str, Any]:
     out: dict[str, Any] = {"config": CONFIG, "tasks": {}}
-    for name, task in (list(TASKS.items())[:1] if ctx.quick else TASKS.items()):
-        res = out["tasks"][name] = search(ctx.work / "sweeps" / name.replace(" ", "-"), sweep_spec(task))
-        res["data"] = task
+    variants = [(name, task, schedule) for name, task in TASKS.items() for schedule in SCHEDULES]
+    for name, task, schedule in (variants[:1] if ctx.quick else variants):
+        label = name if schedule == "constant" else f"{name}, {schedule} lr"
+        res = out["tasks"][label] = search(ctx.work / "sweeps" / label.replace(" ", "-").replace(",", ""),
+                                           sweep_spec(task, schedule=schedule))
+        res["data"], res["schedule"] = task, schedule
         curves = [{int(k): v for k, v in res["curves"][str(n)].items()} for n in range(CONFIG["trials"])]
-        res["asha_late_start"] = {**replay(curves, sweep_spec(task, **LATE_START), res["full"]), **LATE_START}
+        res["asha_late_start"] = {**replay(curves, sweep_spec(task, **LATE_START, schedule=schedule), res["full"]),
+                                  **LATE_START}
         # Asynchronous Hyperband on the same curves: every bracket count the rungs allow (1 is the ASHA above).
-        res["asha_brackets"] = {str(b): replay(curves, sweep_spec(task, brackets=b), res["full"])
+        res["asha_brackets"] = {str(b): replay(curves, sweep_spec(task, brackets=b, schedule=schedule), res["full"])
                                 for b in range(2, CONFIG["rungs"] + 1)}
     return out
 
