@@ -11,9 +11,10 @@ def train_loss(task: str, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     out = out.float()
     if task == "regression":
         return F.mse_loss(out, y.float().view_as(out))
-    if out.ndim != 2:  # a language model's (batch, seq, vocab); a reshape is an autograd node, so only then
-        out, y = out.reshape(-1, out.shape[-1]), y.reshape(-1)
-    return F.cross_entropy(out, y.reshape(-1) if y.ndim != 1 else y)
+    # A reshape is an autograd node: only where the shapes need one (a language model's (batch, seq, vocab)).
+    if out.ndim != 2:
+        out = out.reshape(-1, out.shape[-1])
+    return F.cross_entropy(out, y if y.ndim == 1 else y.reshape(-1))
 
 
 def eval_sums(task: str, out: torch.Tensor, y: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:

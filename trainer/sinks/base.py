@@ -46,13 +46,12 @@ class SinkRunner:
                  linger_s: float = LINGER_S):
         self.sinks = list(sinks)
         self._linger_s = linger_s
-        self._closing = threading.Event()
+        self._closed = threading.Event()  # set by close; also cuts the thread's linger short
         self.dropped = 0
         self._batch = batch
         self._close_timeout_s = close_timeout_s
         self._queue: queue.Queue[Any] = queue.Queue(max_queued)
         self._thread = threading.Thread(target=self._run, name="torchyard-sinks", daemon=True)
-        self._closed = False
         self._failed = False
         self._weights: str | None = None
         self._thread.start()
@@ -61,7 +60,7 @@ class SinkRunner:
         atexit.register(self.close)
 
     def put(self, step: int, values: Mapping[str, float | None]) -> None:
-        if self._closed:
+        if self._closed.is_set():
             return
         try:
             self._queue.put_nowait((int(step), dict(values)))
@@ -78,10 +77,9 @@ class SinkRunner:
     def close(self, failed: bool | None = None) -> None:
         """Write what is queued, flush and close every sink; waits at most ``close_timeout_s``. ``failed`` defaults to
         whether the interpreter is ending on an unhandled exception (``sys.last_value``, set before atexit runs)."""
-        if self._closed:
+        if self._closed.is_set():
             return
-        self._closed = True
-        self._closing.set()
+        self._closed.set()
         self._failed = getattr(sys, "last_value", None) is not None if failed is None else failed
         try:
             self._queue.put(_STOP, timeout=self._close_timeout_s)  # the one item that must arrive, unless a sink is stuck
@@ -120,7 +118,7 @@ class SinkRunner:
                     log.exception("metric sink %s failed; it is skipped from now on", sink.name)
                     live.remove(sink)
             if not stopping and len(batch) < self._batch:  # a full batch: more is waiting, take it at once
-                self._closing.wait(self._linger_s)
+                self._closed.wait(self._linger_s)
         for sink in self.sinks:
             if sink in live:
                 try:
