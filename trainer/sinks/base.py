@@ -32,26 +32,20 @@ class Sink(Protocol):
 
 
 _STOP = object()
-# After each batch the thread waits this long before taking the next: points then go to the sinks a batch at a
-# time, not one by one as the step reports them (every few milliseconds on a small model), so the thread wakes,
-# and takes the interpreter lock from the step, a couple of times a second at most. Closing cuts the wait short.
-LINGER_S = 0.5
 
 
 class SinkRunner:
     """Feeds sinks from a bounded queue on a daemon thread. ``put`` never blocks: when the queue is full
     (a sink far behind), the point is dropped and counted rather than the step waiting."""
 
-    def __init__(self, sinks: Sequence[Sink], max_queued: int = 100_000, batch: int = 1000, close_timeout_s: float = 60.0,
-                 linger_s: float = LINGER_S):
+    def __init__(self, sinks: Sequence[Sink], max_queued: int = 100_000, batch: int = 1000, close_timeout_s: float = 60.0):
         self.sinks = list(sinks)
-        self._linger_s = linger_s
-        self._closed = threading.Event()  # set by close; also cuts the thread's linger short
         self.dropped = 0
         self._batch = batch
         self._close_timeout_s = close_timeout_s
         self._queue: queue.Queue[Any] = queue.Queue(max_queued)
         self._thread = threading.Thread(target=self._run, name="torchyard-sinks", daemon=True)
+        self._closed = False
         self._failed = False
         self._weights: str | None = None
         self._thread.start()
@@ -60,7 +54,7 @@ class SinkRunner:
         atexit.register(self.close)
 
     def put(self, step: int, values: Mapping[str, float | None]) -> None:
-        if self._closed.is_set():
+        if self._closed:
             return
         try:
             self._queue.put_nowait((int(step), dict(values)))
@@ -77,9 +71,9 @@ class SinkRunner:
     def close(self, failed: bool | None = None) -> None:
         """Write what is queued, flush and close every sink; waits at most ``close_timeout_s``. ``failed`` defaults to
         whether the interpreter is ending on an unhandled exception (``sys.last_value``, set before atexit runs)."""
-        if self._closed.is_set():
+        if self._closed:
             return
-        self._closed.set()
+        self._closed = True
         self._failed = getattr(sys, "last_value", None) is not None if failed is None else failed
         try:
             self._queue.put(_STOP, timeout=self._close_timeout_s)  # the one item that must arrive, unless a sink is stuck
@@ -117,8 +111,6 @@ class SinkRunner:
                 except Exception:  # noqa: BLE001
                     log.exception("metric sink %s failed; it is skipped from now on", sink.name)
                     live.remove(sink)
-            if not stopping and len(batch) < self._batch:  # a full batch: more is waiting, take it at once
-                self._closed.wait(self._linger_s)
         for sink in self.sinks:
             if sink in live:
                 try:
