@@ -31,11 +31,6 @@ def order_key(job: QueuedJob) -> tuple[int, int, str]:
     return (-job.priority, job.submitted_seq, job.id)
 
 
-def _meta(job: QueuedJob, now: float | None, borrowed: bool) -> dict[str, object]:
-    return {"owner": job.owner, "priority": job.priority, "preemptible": job.preemptible, "started_at": now,
-            "timeout_s": job.timeout_s, "borrowed": borrowed}
-
-
 def _carry(reservations: Iterable[Reservation], queued: dict[str, QueuedJob], hosts: list[Host],
            running: list[Placement]) -> tuple[list[Reservation], list[Reservation], Reservation | None]:
     """The reservations of earlier passes that still stand: from preemptions, (ready to place, still
@@ -81,267 +76,320 @@ def schedule(queued: Iterable[QueuedJob], hosts: Iterable[Host], running: Iterab
     ``quotas`` maps owners to their quota (an owner not in it has no limit); ``reservations`` are
     those of the previous decision, handed back. Raises ValueError for duplicate job or host ids, or a
     job that is both queued and running.
+
+    One pass, as steps: order the queue; honour the reservations handed back (place those whose
+    victims have left, hold the GPUs of those still draining); then each job in fair-share order is
+    placed where it fits, or on its own reservation, or backfilled around the head's reservation,
+    or makes room by preemption, or waits (the oldest blocked one getting a reservation); last,
+    every job left waiting is told why.
     """
-    jobs = sorted(queued, key=attrgetter("submitted_seq", "id"))
-    jobs.sort(key=attrgetter("priority"), reverse=True)  # a stable sort: equal priorities keep that order
+    jobs = _order(queued)
     running = list(running)
-    hosts = list(hosts)
-    quotas = dict(quotas or {})
-    by_id = {j.id: j for j in jobs}
-    if len(by_id) != len(jobs):
+    p = _Pass(jobs, list(hosts), running, now, dict(quotas or {}), min_runtime_s, reservations)
+    for job in fair_order([j for j in jobs if j.id not in p.done], p.usage):
+        p.consider(job)
+    if now is not None:
+        p.reserve()
+    return p.explain()
+
+
+def _order(queued: Iterable[QueuedJob]) -> list[QueuedJob]:
+    """Priority first, then submission; a stable sort keeps equal priorities in submission order."""
+    jobs = sorted(queued, key=attrgetter("submitted_seq", "id"))
+    jobs.sort(key=attrgetter("priority"), reverse=True)
+    if len({j.id for j in jobs}) != len(jobs):
         raise ValueError("queued job ids must be distinct")
-    both = by_id.keys() & {p.job_id for p in running}
-    if both:
-        raise ValueError(f"jobs both queued and running: {sorted(both)}")
-    ready, draining, head = _carry(reservations, by_id, hosts, running)
-    placements: list[Placement] = []
-    special: dict[str, str] = {}  # job id -> its reason, for the jobs this pass decided about by name
-    held = [Placement("", r.nodes) for r in draining]
-    cluster = Cluster(hosts, running + held)
-    usage = Usage(quotas, {j.owner for j in jobs} | {p.owner for p in running}, sum(cluster.gpu.totals), sum(cluster.cpu.totals), running)
-    for r in ready:
-        job = by_id[r.job_id]
-        gpus = sum(len(n.gpus) for n in r.nodes)
-        placements.append(Placement(job.id, r.nodes, **_meta(job, now, usage.borrows(job.owner, gpus, 0))))  # type: ignore[arg-type]
-        usage.add(job.owner, gpus, 0)
-        for n in r.nodes:
-            cluster.claim(cluster.number[n.host], n.gpus)
-    running_by_id = {p.job_id: p for p in running}
-    stopping = {v for r in draining for v in r.victims if v in running_by_id}
-    kept: list[Reservation] = []
-    for r in draining:
-        special[r.job_id] = reasons.preempting([running_by_id[v] for v in r.victims if v in running_by_id], draining=True)
-        kept.append(r)
-    start = Snapshot(cluster)
+    return jobs
 
-    preemptions: list[Preemption] = []
-    hold: backfill.Hold | None = None
-    if head is not None and now is not None:
-        hosts_of = [cluster.number[n.host] for n in head.nodes]
-        hold = backfill.plan(by_id[head.job_id], Need.of(by_id[head.job_id]), cluster, _holders(running, placements, stopping, cluster),
-                             now, only=hosts_of)
-    left: list[tuple[str, tuple, int]] = []  # (job id, its ask, jobs placed before it in this pass)
-    needs: dict[tuple, Need] = {}
-    # Free capacity only shrinks during a pass, so an ask that did not fit once does not fit again:
-    # on a full cluster the tail of a long queue costs a set lookup per job.
-    no_fit: set[tuple] = set()
-    no_victims: set[tuple] = set()
-    smallest_misfit = {"gpu": math.inf, "cpu": math.inf}  # single-node asks of at least this many fail
-    done = set(special) | {r.job_id for r in ready}
-    # The reservation goes to the blocked job of the highest priority submitted first (the order of
-    # ``jobs``), whatever the fair-share order made the first one blocked: newer jobs of an owner that
-    # uses less must not keep a large job from ever holding one. So it is planned once every job
-    # before that one in ``jobs`` has had its turn.
-    seen: set[str] = set(done)
-    first = 0  # index in jobs of the first job not yet seen
-    oldest: QueuedJob | None = None  # the oldest blocked job that may hold a reservation
-    never: dict[tuple, bool] = {}
 
-    def place(job: QueuedJob, need: Need, found: list[int]) -> None:
-        if need.device == "cpu":
-            gpus, cpu = 0, need.per_node * need.nnodes
-        else:
-            gpus, cpu = sum(len(cluster.free_gpus[h]) for h in found) if need.whole else need.per_node * need.nnodes, 0
-        placements.append(cluster.place(job.id, need, found, **_meta(job, now, usage.borrows(job.owner, gpus, cpu))))
-        usage.add(job.owner, gpus, cpu)
+class _Pass:
+    """The state of one pass: the cluster as this pass has claimed it, what it decided so far, and the
+    memos that keep a long queue on a full cluster cheap. Each method is one step of the policy."""
 
-    def released() -> None:
+    def __init__(self, jobs: list[QueuedJob], hosts: list[Host], running: list[Placement], now: float | None,
+                 quotas: dict[str, Quota], min_runtime_s: float, reservations: Iterable[Reservation]):
+        self.jobs, self.running, self.now, self.quotas, self.min_runtime_s = jobs, running, now, quotas, min_runtime_s
+        self.by_id = {j.id: j for j in jobs}
+        both = self.by_id.keys() & {p.job_id for p in running}
+        if both:
+            raise ValueError(f"jobs both queued and running: {sorted(both)}")
+        ready, self.draining, head = _carry(reservations, self.by_id, hosts, running)
+        self.placements: list[Placement] = []
+        self.special: dict[str, str] = {}  # job id -> its reason, for the jobs this pass decided about by name
+        self.preemptions: list[Preemption] = []
+        self.kept: list[Reservation] = []  # the reservations handed to the next pass
+        self.left: list[tuple[str, tuple, int]] = []  # waiting: (job id, its ask, jobs placed before it in this pass)
+        self.needs: dict[tuple, Need] = {}
+        # Free capacity only shrinks during a pass, so an ask that did not fit once does not fit again:
+        # on a full cluster the tail of a long queue costs a set lookup per job.
+        self.no_fit: set[tuple] = set()
+        self.no_victims: set[tuple] = set()
+        self.smallest_misfit = {"gpu": math.inf, "cpu": math.inf}  # single-node asks of at least this many fail
+        self.never: dict[tuple, bool] = {}
+        self.cluster = Cluster(hosts, running + [Placement("", r.nodes) for r in self.draining])
+        self.usage = Usage(quotas, {j.owner for j in jobs} | {p.owner for p in running}, sum(self.cluster.gpu.totals),
+                           sum(self.cluster.cpu.totals), running)
+        self._take_ready(ready)
+        running_by_id = {p.job_id: p for p in running}
+        self.stopping = {v for r in self.draining for v in r.victims if v in running_by_id}
+        for r in self.draining:
+            self.special[r.job_id] = reasons.preempting([running_by_id[v] for v in r.victims if v in running_by_id], draining=True)
+            self.kept.append(r)
+        self.start = Snapshot(self.cluster)
+        self.hold: backfill.Hold | None = None
+        if head is not None and now is not None:
+            job = self.by_id[head.job_id]
+            self.hold = backfill.plan(job, Need.of(job), self.cluster, self._holders(), now,
+                                      only=[self.cluster.number[n.host] for n in head.nodes])
+        self.done = set(self.special) | {r.job_id for r in ready}
+        # The reservation goes to the blocked job of the highest priority submitted first (the order of
+        # ``jobs``), whatever the fair-share order made the first one blocked: newer jobs of an owner that
+        # uses less must not keep a large job from ever holding one. So it is planned once every job
+        # before that one in ``jobs`` has had its turn.
+        self.seen: set[str] = set(self.done)
+        self.first = 0  # index in jobs of the first job not yet seen
+        self.oldest: QueuedJob | None = None  # the oldest blocked job that may hold a reservation
+
+    # -- reservations handed back ------------------------------------------------------------------
+
+    def _take_ready(self, ready: list[Reservation]) -> None:
+        """A preemption's victims have left: its job goes on exactly the GPUs held for it."""
+        for r in ready:
+            job = self.by_id[r.job_id]
+            gpus = sum(len(n.gpus) for n in r.nodes)
+            self.placements.append(Placement(job.id, r.nodes, **self._meta(job, gpus, 0)))  # type: ignore[arg-type]
+            self.usage.add(job.owner, gpus, 0)
+            for n in r.nodes:
+                self.cluster.claim(self.cluster.number[n.host], n.gpus)
+
+    # -- one job -----------------------------------------------------------------------------------
+
+    def consider(self, job: QueuedJob) -> None:
+        """Place ``job``, or record why it waits: fit, its own reservation, a take-over, backfill, preemption."""
+        if self.now is not None:
+            self.reserve()
+            self.seen.add(job.id)
+        ask = (job.device, job.nnodes, job.nproc_per_node)
+        need = self.needs.get(ask)
+        if need is None:
+            need = self.needs[ask] = Need.of(job)
+        if self._fit(job, need, ask):
+            return
+        if self.hold is not None and self.hold.job is job:
+            self._use_own_hold(job, need, ask)
+            return
+        if self._take_over(job, need) or self._backfill(job, need):
+            return
+        if self.now is not None and need.device == "gpu":
+            if self._preempt(job, need, ask):
+                return
+            if (self.oldest is None or order_key(job) < order_key(self.oldest)) and self._may_hold(job.id, ask):
+                self.oldest = job
+        self.left.append((job.id, ask, len(self.placements)))
+
+    def _fit(self, job: QueuedJob, need: Need, ask: tuple) -> bool:
+        """The best fit that holds it now, if any."""
+        if ask in self.no_fit:
+            return False
+        single = need.nnodes == 1 and not need.whole
+        found = None if single and need.per_node >= self.smallest_misfit[need.device] else self.cluster.find(need)
+        if found is not None:
+            self._place(job, need, found)
+            if self.hold is not None and self.hold.job is job:
+                self._drop_hold()
+            return True
+        self.no_fit.add(ask)
+        if single:
+            self.smallest_misfit[need.device] = min(self.smallest_misfit[need.device], need.per_node)
+        return False
+
+    def _use_own_hold(self, job: QueuedJob, need: Need, ask: tuple) -> None:
+        """The reserved job itself: on its held hosts if they hold it now, else by preemption, else it keeps waiting."""
+        hold = self.hold
+        assert hold is not None and self.now is not None
+        gpus = sum(len(self.cluster.offered[h]) for h in hold.hosts) if need.whole else need.per_node * need.nnodes
+        placed = backfill.take(hold, need, self.cluster, **self._meta(job, gpus, 0))
+        if placed is not None:
+            self.placements.append(placed)
+            self.usage.add(job.owner, gpus, 0)
+            self.hold = None
+            self._released()
+            return
+        # The held hosts free up only when their jobs end: stopping jobs it may preempt is sooner.
+        own = hold.free
+        backfill.release(hold, self.cluster)
+        self.hold = None
+        if self._preempt(job, need, ask):
+            self._released()
+            return
+        self.hold = hold
+        for h, free in own.items():
+            self.cluster.claim(h, free)
+        hold.free = own
+        self.special[job.id] = reasons.reserved(need, hold.reservation, self.now)
+        self.left.append((job.id, ask, len(self.placements)))
+
+    def _take_over(self, job: QueuedJob, need: Need) -> bool:
+        """A blocked job of higher priority takes over a reservation handed back from the pass before."""
+        hold = self.hold
+        if hold is None or not hold.sticky or job.priority <= hold.job.priority or reasons.never(need, self.cluster) is not None:
+            return False
+        self._drop_hold()
+        found = self.cluster.find(need)
+        if found is None:
+            return False
+        self._place(job, need, found)
+        return True
+
+    def _backfill(self, job: QueuedJob, need: Need) -> bool:
+        """Around the head's reservation, where this job cannot delay it."""
+        hold = self.hold
+        if hold is None:
+            return False
+        assert self.now is not None
+        harmless = (job.timeout_s is not None and self.now + job.timeout_s <= hold.start) or preempt.may_preempt(
+            hold.job, Placement(job.id, (), job.owner, job.priority, job.preemptible, self.now), hold.start,
+            reclaims=False, quotas=self.quotas, min_runtime_s=self.min_runtime_s)
+        placed = backfill.place(hold, job, need, self.cluster, harmless, **self._meta(job, need.per_node, 0))
+        if placed is None:
+            return False
+        self.placements.append(placed)
+        self.usage.add(job.owner, need.per_node, 0)
+        return True
+
+    def _preempt(self, job: QueuedJob, need: Need, ask: tuple) -> bool:
+        """Stop the cheapest set of running jobs this one may preempt so that it fits; it is placed on their
+        GPUs once they have checkpointed and left (a reservation from a preemption)."""
+        now = self.now
+        assert now is not None
+        asked = need.per_node * need.nnodes if not need.whole else 0
+        reclaims = self.usage.within_gpu_quota(job.owner, asked)
+        key = (ask, job.priority, job.owner, reclaims)
+        if key in self.no_victims:
+            return False
+        hold = None if self.hold is not None and self.hold.job is job else self.hold
+        found = preempt.victims(job, need, self.cluster, self.running, self.stopping, set(hold.hosts) if hold else set(), now,
+                               reclaims=reclaims, quotas=self.quotas, min_runtime_s=self.min_runtime_s)
+        if found is None:
+            self.no_victims.add(key)
+            return False
+        chosen = list(zip(found.hosts, found.gpus, strict=True))
+        nodes = tuple(NodePlacement(rank, self.cluster.ids[h], g) for rank, (h, g) in enumerate(chosen))
+        for h, g in chosen:
+            self.cluster.claim(h, g)
+        for v in found.victims:
+            self.stopping.add(v.job_id)
+            self.preemptions.append(Preemption(v.job_id, job.id, reasons.preempted(job, reclaims, v)))
+        self.kept.append(Reservation(job.id, nodes, now, tuple(v.job_id for v in found.victims)))
+        self.special[job.id] = reasons.preempting(found.victims)
+        self.left.append((job.id, ask, len(self.placements)))
+        return True
+
+    # -- the backfill reservation ------------------------------------------------------------------
+
+    def reserve(self) -> None:
+        """Once every job ahead of the oldest blocked one has had its turn, that one gets a reservation."""
+        while self.first < len(self.jobs) and self.jobs[self.first].id in self.seen:
+            self.first += 1
+        oldest = self.oldest
+        if self.hold is not None or oldest is None:
+            return
+        if self.first == len(self.jobs) or order_key(self.jobs[self.first]) > order_key(oldest):
+            assert self.now is not None
+            need = self.needs[(oldest.device, oldest.nnodes, oldest.nproc_per_node)]
+            self.hold = backfill.plan(oldest, need, self.cluster, self._holders(), self.now)
+            if self.hold is not None:
+                self.special[oldest.id] = reasons.reserved(need, self.hold.reservation, self.now)
+            self.oldest = None
+
+    def _may_hold(self, job_id: str, ask: tuple) -> bool:
+        if ask[0] != "gpu" or job_id in self.special:
+            return False
+        need = self.needs[ask]
+        if ask not in self.never:
+            self.never[ask] = reasons.never(need, self.cluster) is not None
+        gpus = 0 if need.whole else need.per_node * need.nnodes
+        return not self.never[ask] and not self.usage.borrows(self.by_id[job_id].owner, gpus, 0)
+
+    def _drop_hold(self) -> None:
+        assert self.hold is not None
+        backfill.release(self.hold, self.cluster)
+        self.hold = None
+        self._released()
+
+    def _released(self) -> None:
         """GPUs came free in the middle of the pass: the jobs that waited for them get them first."""
-        nonlocal oldest
-        no_fit.clear()
-        smallest_misfit.update(gpu=math.inf, cpu=math.inf)
+        self.no_fit.clear()
+        self.smallest_misfit.update(gpu=math.inf, cpu=math.inf)
         still = []
-        for entry in left:
+        for entry in self.left:
             job_id, ask, _ = entry
-            found = None if job_id in special else cluster.find(needs[ask])
+            found = None if job_id in self.special else self.cluster.find(self.needs[ask])
             if found is None:
                 still.append(entry)
             else:
-                place(by_id[job_id], needs[ask], found)
-        left[:] = still
-        if oldest is not None and all(e[0] != oldest.id for e in left):
-            oldest = min((by_id[e[0]] for e in left if may_hold(e[0], e[1])), key=order_key, default=None)
+                self._place(self.by_id[job_id], self.needs[ask], found)
+        self.left[:] = still
+        if self.oldest is not None and all(e[0] != self.oldest.id for e in self.left):
+            self.oldest = min((self.by_id[e[0]] for e in self.left if self._may_hold(e[0], e[1])), key=order_key, default=None)
 
-    def may_hold(job_id: str, ask: tuple) -> bool:
-        if ask[0] != "gpu" or job_id in special:
-            return False
-        need = needs[ask]
-        if ask not in never:
-            never[ask] = reasons.never(need, cluster) is not None
-        return not never[ask] and not usage.borrows(by_id[job_id].owner, 0 if need.whole else need.per_node * need.nnodes, 0)
+    # -- placing and explaining --------------------------------------------------------------------
 
-    def reserve() -> None:
-        nonlocal first, hold, oldest
-        while first < len(jobs) and jobs[first].id in seen:
-            first += 1
-        if hold is None and oldest is not None and (first == len(jobs) or order_key(jobs[first]) > order_key(oldest)):
-            assert now is not None
-            need = needs[(oldest.device, oldest.nnodes, oldest.nproc_per_node)]
-            hold = backfill.plan(oldest, need, cluster, _holders(running, placements, stopping, cluster), now)
-            if hold is not None:
-                special[oldest.id] = reasons.reserved(need, hold.reservation, now)
-            oldest = None
+    def _place(self, job: QueuedJob, need: Need, found: list[int]) -> None:
+        if need.device == "cpu":
+            gpus, cpu = 0, need.per_node * need.nnodes
+        else:
+            gpus, cpu = sum(len(self.cluster.free_gpus[h]) for h in found) if need.whole else need.per_node * need.nnodes, 0
+        self.placements.append(self.cluster.place(job.id, need, found, **self._meta(job, gpus, cpu)))
+        self.usage.add(job.owner, gpus, cpu)
 
-    def try_preempt(job: QueuedJob, need: Need, ask: tuple) -> bool:
-        """Stop the cheapest set of running jobs this one may preempt so that it fits; it is placed on their
-        GPUs once they have checkpointed and left (a reservation from a preemption)."""
-        assert now is not None
-        asked = need.per_node * need.nnodes if not need.whole else 0
-        reclaims = usage.within_gpu_quota(job.owner, asked)
-        key = (ask, job.priority, job.owner, reclaims)
-        if key in no_victims:
-            return False
-        found_victims = _preempt(job, need, cluster, running, stopping, None if hold is not None and hold.job is job else hold,
-                                 now, reclaims, quotas, min_runtime_s)
-        if found_victims is None:
-            no_victims.add(key)
-            return False
-        chosen = list(zip(found_victims.hosts, found_victims.gpus, strict=True))
-        nodes = tuple(NodePlacement(rank, cluster.ids[h], g) for rank, (h, g) in enumerate(chosen))
-        for h, g in chosen:
-            cluster.claim(h, g)
-        for v in found_victims.victims:
-            stopping.add(v.job_id)
-            preemptions.append(Preemption(v.job_id, job.id, reasons.preempted(job, reclaims, v)))
-        kept.append(Reservation(job.id, nodes, now, tuple(v.job_id for v in found_victims.victims)))
-        special[job.id] = reasons.preempting(found_victims.victims)
-        left.append((job.id, ask, len(placements)))
-        return True
+    def _meta(self, job: QueuedJob, gpus: int, cpu: int) -> dict[str, object]:
+        return {"owner": job.owner, "priority": job.priority, "preemptible": job.preemptible, "started_at": self.now,
+                "timeout_s": job.timeout_s, "borrowed": self.usage.borrows(job.owner, gpus, cpu)}
 
-    for job in fair_order([j for j in jobs if j.id not in done], usage):
-        if now is not None:
-            reserve()
-            seen.add(job.id)
-        ask = (job.device, job.nnodes, job.nproc_per_node)
-        need = needs.get(ask)
-        if need is None:
-            need = needs[ask] = Need.of(job)
-        if ask not in no_fit:
-            single = need.nnodes == 1 and not need.whole
-            found = None if single and need.per_node >= smallest_misfit[need.device] else cluster.find(need)
-            if found is not None:
-                place(job, need, found)
-                if hold is not None and hold.job is job:
-                    backfill.release(hold, cluster)
-                    hold = None
-                    released()
-                continue
-            no_fit.add(ask)
-            if single:
-                smallest_misfit[need.device] = min(smallest_misfit[need.device], need.per_node)
-        if hold is not None and hold.job is job:
-            gpus = sum(len(cluster.offered[h]) for h in hold.hosts) if need.whole else need.per_node * need.nnodes
-            placed = backfill.take(hold, need, cluster, **_meta(job, now, usage.borrows(job.owner, gpus, 0)))
-            if placed is not None:
-                placements.append(placed)
-                usage.add(job.owner, gpus, 0)
-                hold = None
-                released()
-                continue
-            own_hold = hold
-            # The held hosts free up only when their jobs end: stopping jobs it may preempt is sooner.
-            own = hold.free
-            backfill.release(hold, cluster)
-            hold = None
-            if try_preempt(job, need, ask):
-                released()
-                continue
-            hold = own_hold
-            for h, free in own.items():
-                cluster.claim(h, free)
-            hold.free = own
-            special[job.id] = reasons.reserved(need, hold.reservation, now)
-            left.append((job.id, ask, len(placements)))
-            continue
-        if hold is not None and hold.sticky and job.priority > hold.job.priority and reasons.never(need, cluster) is None:
-            backfill.release(hold, cluster)  # a blocked job of higher priority takes the reservation over
-            hold = None
-            released()
-            found = cluster.find(need)
-            if found is not None:
-                place(job, need, found)
-                continue
-        if hold is not None:
-            assert now is not None
-            harmless = (job.timeout_s is not None and now + job.timeout_s <= hold.start) or preempt.may_preempt(
-                hold.job, Placement(job.id, (), job.owner, job.priority, job.preemptible, now), hold.start,
-                reclaims=False, quotas=quotas, min_runtime_s=min_runtime_s)
-            gpus = need.per_node
-            placed = backfill.place(hold, job, need, cluster, harmless, **_meta(job, now, usage.borrows(job.owner, gpus, 0)))
-            if placed is not None:
-                placements.append(placed)
-                usage.add(job.owner, gpus, 0)
-                continue
-        if now is not None and need.device == "gpu":
-            if try_preempt(job, need, ask):
-                continue
-            if (oldest is None or order_key(job) < order_key(oldest)) and may_hold(job.id, ask):
-                oldest = job
-        left.append((job.id, ask, len(placements)))
-    if now is not None:
-        reserve()
+    def _holders(self) -> dict[int, list[tuple]]:
+        """Per host number, (expected end, GPUs, *indices) of each placement that will free GPUs there."""
+        out: dict[int, list[tuple]] = {}
+        for p in self.running + self.placements:
+            if p.job_id in self.stopping:
+                continue  # its GPUs go to the job that preempts it
+            end = p.expected_end()
+            for node in p.nodes:
+                h = self.cluster.number.get(node.host)
+                if h is not None and node.gpus:
+                    out.setdefault(h, []).append((end, len(node.gpus), *node.gpus))
+        return out
 
-    if hold is not None:
-        kept.append(hold.reservation)
-    waiting: dict[str, Waiting] = {}
-    for r in draining:
-        waiting[r.job_id] = Waiting(len(waiting) + 1, special[r.job_id])
-    reason_of: dict[tuple, str | None] = {}  # None: it fitted at the start, so the jobs ahead took it
-    never_of: dict[tuple, str | None] = {}
-    ahead: dict[int, str] = {}
-    for job_id, ask, before in left:
-        if job_id in special:
-            waiting[job_id] = Waiting(len(waiting) + 1, special[job_id])
-            continue
-        job = by_id[job_id]
-        need = needs[ask]
-        if ask not in never_of:
-            never_of[ask] = None if start.fits(need) else reasons.never(need, cluster)
-        text = never_of[ask]
-        quota = quotas.get(job.owner) if quotas else None
-        if text is None and quota is not None and quota.gpus is not None and need.device == "gpu":
-            used, asked = usage.gpus[job.owner], need.per_node * need.nnodes
-            if used + asked > quota.gpus:
-                text = reasons.over_quota(job.owner, used, quota.gpus)
-        if text is None and hold is not None and backfill.fits_held(hold, need):
-            text = reasons.behind(hold.job, hold.reservation, now)
-        if text is None:
-            if ask in reason_of:
-                text = reason_of[ask]
-            else:
-                text = reason_of[ask] = None if start.fits(need) else reasons.capacity(need, cluster)
+    def explain(self) -> Decision:
+        """The decision, with each waiting job's place in line and the reason it waits."""
+        if self.hold is not None:
+            self.kept.append(self.hold.reservation)
+        waiting: dict[str, Waiting] = {}
+        for r in self.draining:
+            waiting[r.job_id] = Waiting(len(waiting) + 1, self.special[r.job_id])
+        reason_of: dict[tuple, str | None] = {}  # None: it fitted at the start, so the jobs ahead took it
+        never_of: dict[tuple, str | None] = {}
+        ahead: dict[int, str] = {}
+        for job_id, ask, before in self.left:
+            if job_id in self.special:
+                waiting[job_id] = Waiting(len(waiting) + 1, self.special[job_id])
+                continue
+            need = self.needs[ask]
+            if ask not in never_of:
+                never_of[ask] = None if self.start.fits(need) else reasons.never(need, self.cluster)
+            text = never_of[ask] or self._over_quota(self.by_id[job_id], need)
+            if text is None and self.hold is not None and backfill.fits_held(self.hold, need):
+                text = reasons.behind(self.hold.job, self.hold.reservation, self.now)
             if text is None:
-                text = ahead.get(before) or ahead.setdefault(before, reasons.ahead(before))
-        waiting[job_id] = Waiting(len(waiting) + 1, text)
-    return Decision(tuple(placements), waiting, tuple(preemptions), tuple(kept))
+                if ask not in reason_of:
+                    reason_of[ask] = None if self.start.fits(need) else reasons.capacity(need, self.cluster)
+                text = reason_of[ask] or ahead.get(before) or ahead.setdefault(before, reasons.ahead(before))
+            waiting[job_id] = Waiting(len(waiting) + 1, text)
+        return Decision(tuple(self.placements), waiting, tuple(self.preemptions), tuple(self.kept))
 
-
-def _preempt(job: QueuedJob, need: Need, cluster: Cluster, running: list[Placement], stopping: set[str], hold: backfill.Hold | None,
-             now: float, reclaims: bool, quotas: dict[str, Quota], min_runtime_s: float) -> preempt.Victims | None:
-    candidates: dict[int, list[tuple[Placement, int]]] = {}
-    for p in running:
-        if p.job_id in stopping or not p.gpu_count:
-            continue
-        if not preempt.may_preempt(job, p, now, reclaims=reclaims, quotas=quotas, min_runtime_s=min_runtime_s):
-            continue
-        for node in p.nodes:
-            h = cluster.number.get(node.host)
-            if h is not None and node.gpus:
-                candidates.setdefault(h, []).append((p, len(node.gpus)))
-    if not candidates:
-        return None
-    return preempt.find(need, cluster, candidates, set(hold.hosts) if hold else set())
-
-
-def _holders(running: list[Placement], placed: list[Placement], stopping: set[str], cluster: Cluster) -> dict[int, list[tuple]]:
-    """Per host number, (expected end, GPUs, *indices) of each placement that will free GPUs there."""
-    out: dict[int, list[tuple]] = {}
-    for p in running + placed:
-        if p.job_id in stopping:
-            continue  # its GPUs go to the job that preempts it
-        end = p.expected_end()
-        for node in p.nodes:
-            h = cluster.number.get(node.host)
-            if h is not None and node.gpus:
-                out.setdefault(h, []).append((end, len(node.gpus), *node.gpus))
-    return out
+    def _over_quota(self, job: QueuedJob, need: Need) -> str | None:
+        quota = self.quotas.get(job.owner)
+        if quota is None or quota.gpus is None or need.device != "gpu":
+            return None
+        used, asked = self.usage.gpus[job.owner], need.per_node * need.nnodes
+        return reasons.over_quota(job.owner, used, quota.gpus) if used + asked > quota.gpus else None

@@ -107,3 +107,22 @@ def find(need: Need, cluster: Cluster, candidates: dict[int, list[tuple[Placemen
         n = len(cluster.offered[h]) if need.whole else need.per_node
         gpus.append(packing.choose(pool, n))
     return Victims([h for _, h, _ in chosen], list(victims.values()), gpus)
+
+
+def victims(job: QueuedJob, need: Need, cluster: Cluster, running: Iterable[Placement], stopping: set[str], excluded: set[int],
+            now: float, *, reclaims: bool, quotas: dict[str, Quota], min_runtime_s: float) -> Victims | None:
+    """The cheapest set of ``running`` jobs ``job`` may stop so that it fits, none of them already
+    ``stopping`` and none on the ``excluded`` host numbers (held for the backfill reservation)."""
+    candidates: dict[int, list[tuple[Placement, int]]] = {}
+    for p in running:
+        if p.job_id in stopping or not p.gpu_count:
+            continue
+        if not may_preempt(job, p, now, reclaims=reclaims, quotas=quotas, min_runtime_s=min_runtime_s):
+            continue
+        for node in p.nodes:
+            h = cluster.number.get(node.host)
+            if h is not None and node.gpus:
+                candidates.setdefault(h, []).append((p, len(node.gpus)))
+    if not candidates:
+        return None
+    return find(need, cluster, candidates, excluded)
