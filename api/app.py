@@ -17,6 +17,7 @@ from api.middleware import BodySizeLimit, RequestContext
 from api.observability import make_registry
 from api.routes import artifacts, code, health, hosts, jobs, keys, quotas, streams, sweeps
 from api.stream_slots import StreamSlots
+from client.version import VERSION
 from jobs import logconfig
 from jobs.db import get_engine, init_db
 from jobs.queue import redis_client
@@ -48,7 +49,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app = FastAPI(
         title="torchyard",
-        version="0.1.0",
+        version=VERSION,
         description="Run PyTorch distributed training jobs (DDP / FSDP2 under torchrun) over HTTP.",
         lifespan=lifespan,
     )

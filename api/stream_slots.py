@@ -47,10 +47,6 @@ class StreamSlots:
             self._open[owner] = held + 1
         return Slot(self, owner)
 
-    def open_count(self, owner: str) -> int:
-        with self._lock:
-            return self._open.get(owner, 0)
-
     def _release(self, owner: str) -> None:
         with self._lock:
             left = self._open.get(owner, 0) - 1

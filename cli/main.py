@@ -20,7 +20,6 @@ quota, sweep); each registers on ``app`` when it is imported at the end of this 
 from __future__ import annotations
 
 import functools
-import importlib.metadata
 import json
 import os
 import sys
@@ -35,11 +34,7 @@ from rich.text import Text
 
 from client import ApiError, Client, ConfigError, ConnectionFailed, TorchyardError, Unauthorized, load_config
 from client.config import ENV_KEY, config_path
-
-try:
-    __version__ = importlib.metadata.version("torchyard")
-except importlib.metadata.PackageNotFoundError:  # run from a source tree that was never installed
-    __version__ = "unknown"
+from client.version import VERSION as __version__
 
 EXIT_OK, EXIT_JOB_FAILED, EXIT_USAGE, EXIT_JOB_CANCELLED, EXIT_API, EXIT_UNREACHABLE, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 5, 130
 

@@ -8,8 +8,9 @@ from typing import Any
 import httpx
 
 from client.errors import ConnectionFailed, error_from_response
+from client.version import VERSION
 
-USER_AGENT = "torchyard-client/0.1"
+USER_AGENT = f"torchyard-client/{VERSION}"
 
 
 class HttpSession:

@@ -16,10 +16,8 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlmodel import Session
 
-from jobs.models import Job, OwnerCounter, Status
-from jobs.settings import Settings
+from jobs.models import Job, OwnerCounter
 
-_RUNNING = (Status.RUNNING.value, Status.CANCELLING.value)
 _COUNTERS = OwnerCounter.__table__  # type: ignore[attr-defined]
 
 # Built once with bound parameters: submissions run them on every request.
@@ -40,10 +38,6 @@ class OverLimit(Exception):
 def count(session: Session, owner: str, statuses: tuple[str, ...]) -> int:
     query = sa.select(sa.func.count()).select_from(Job).where(Job.owner == owner, Job.status.in_(statuses))  # type: ignore[attr-defined]
     return int(session.exec(query).scalar_one())  # type: ignore[call-overload]
-
-
-def running_cap_reached(session: Session, owner: str, settings: Settings) -> bool:
-    return count(session, owner, _RUNNING) >= settings.max_running_per_owner
 
 
 def _over_queued_cap(owner: str, queued: int, cap: int) -> OverLimit:

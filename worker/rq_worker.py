@@ -6,8 +6,8 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from pathlib import Path
 
+import psutil
 from rq import Worker
 
 log = logging.getLogger(__name__)
@@ -16,21 +16,11 @@ log = logging.getLogger(__name__)
 def process_alive(pid: int) -> bool:
     """``pid`` is a running process of this host (a zombie counts as gone: it will never heartbeat again)."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
+        return psutil.Process(pid).status() not in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
+    except psutil.NoSuchProcess:
         return False
-    except OSError:
-        pass
-    else:
-        # The state letter follows the command name, which is in parentheses and may itself hold spaces.
-        return stat.rsplit(")", 1)[-1].split()[0] not in ("Z", "X")
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
+    except psutil.AccessDenied:
         return True
-    return True
 
 
 class TorchyardWorker(Worker):

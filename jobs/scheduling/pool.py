@@ -35,9 +35,6 @@ class Pool:
 
     # ------------------------------------------------------------------ questions
 
-    def max_free(self) -> int:
-        return self.levels[-1] if self.levels else 0
-
     def most_free(self) -> tuple[int, int] | None:
         """(host, free) of the host with the most free units, lowest host number among equals."""
         if not self.levels:
