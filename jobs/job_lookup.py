@@ -15,6 +15,7 @@ from sqlmodel import Session
 from jobs import artifacts, job_read, secrets
 from jobs.models import Attempt, Checkpoint, Job, Status, Transition
 from jobs.settings import Settings
+from trainer.spec_view import StoredSpec
 
 
 class JobNotFound(LookupError):
@@ -76,7 +77,7 @@ def detail_of(rows: job_read.JobRows, session: Session | None, redis: Redis, set
     job: Any = SimpleNamespace(**rows.values)
     if job.status != Status.QUEUED.value:
         return JobDetail(job, rows.values, None, None, rows.attempts, rows.transitions, secret_names=rows.secret_names)
-    nnodes = int((job.spec.get("parallel") or {}).get("nnodes", 1))
+    nnodes = StoredSpec.of(job.spec).nnodes
     return JobDetail(job, rows.values, job.queue_position, job.waiting_reason, rows.attempts, rows.transitions,
                      nnodes if nnodes > 1 else None, None, rows.secret_names)
 

@@ -16,8 +16,7 @@ from jobs.hosts import HOLDING, read_hosts
 from jobs.models import Attempt, Host, Job, Quota, Status
 from jobs.scheduling import NodePlacement, Placement
 from jobs.scheduling import Quota as PolicyQuota
-
-DEFAULT_TIMEOUT_S = 86_400
+from trainer.spec_view import StoredSpec
 
 
 @dataclass(frozen=True)
@@ -37,7 +36,7 @@ class QueuedRow:
 
     @property
     def timeout_s(self) -> float:
-        return float(self.spec.get("timeout_s") or DEFAULT_TIMEOUT_S)
+        return StoredSpec.of(self.spec).timeout_s
 
 
 @dataclass
@@ -84,7 +83,7 @@ def read_view(session: Session, lease_ttl_s: float) -> View:
                 # One already on its way out stays a candidate: choosing it again asks nothing more of it.
                 preemptible=preemptible,
                 started_at=started.timestamp() if started is not None else None,
-                timeout_s=float(spec.get("timeout_s") or DEFAULT_TIMEOUT_S)))
+                timeout_s=StoredSpec.of(spec).timeout_s))
     quotas = read_quotas(session)
     session.commit()
     return View(hosts, queued, running, dict(per_owner), quotas, stopping)

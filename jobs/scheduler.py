@@ -33,6 +33,7 @@ from jobs.scheduling import DEFAULT_MIN_RUNTIME_S, Decision, NodePlacement, Plac
 from jobs.scheduling import Host as PolicyHost
 from jobs.settings import Settings
 from jobs.states import TransitionRefused, transition
+from trainer.spec_view import StoredSpec
 
 log = logging.getLogger(__name__)
 
@@ -73,11 +74,9 @@ class PassReport:
 
 def _ask(spec: dict[str, Any], gpu_hosts: bool) -> tuple[str, int, int | str]:
     """(device, nnodes, nproc_per_node) as the policy reads them; device auto is a GPU job where hosts have GPUs."""
-    parallel = spec.get("parallel") or {}
-    nproc = parallel.get("nproc_per_node", 1)
-    device = parallel.get("device", "auto")
-    gpu = device == "cuda" or nproc == "gpu" or (device == "auto" and gpu_hosts)
-    return ("gpu" if gpu else "cpu"), int(parallel.get("nnodes", 1)), nproc
+    stored = StoredSpec.of(spec)
+    gpu = stored.device == "cuda" or stored.nproc_per_node == "gpu" or (stored.device == "auto" and gpu_hosts)
+    return ("gpu" if gpu else "cpu"), stored.nnodes, stored.nproc_per_node
 
 
 def decide(view: View, running_cap: int, *, now: float | None = None, reservations: Iterable[Reservation] = (),
@@ -337,8 +336,8 @@ def queued_in_order(session: Session, owner: str | None, limit: int = 1000) -> l
     session.commit()
     items = []
     for job_id, name, job_owner, queue_name, position, reason, created_at, spec in rows:
-        parallel = spec.get("parallel") or {}
+        stored = StoredSpec.of(spec)
         items.append({"id": job_id, "name": name, "owner": job_owner, "queue": queue_name, "queue_position": position,
-                      "waiting_reason": reason, "created_at": created_at, "nnodes": int(parallel.get("nnodes", 1)),
-                      "nproc_per_node": parallel.get("nproc_per_node", 1), "device": parallel.get("device", "auto")})
+                      "waiting_reason": reason, "created_at": created_at, "nnodes": stored.nnodes,
+                      "nproc_per_node": stored.nproc_per_node, "device": stored.device})
     return items

@@ -18,6 +18,7 @@ from typing import Any
 
 from jobs.settings import Settings
 from trainer.spec import AnySpec, ScriptJobSpec, SpecLimits, spec_from_dict, spec_problems
+from trainer.spec_view import StoredSpec
 
 NVIDIA_PROC = Path("/proc/driver/nvidia/gpus")
 
@@ -82,9 +83,8 @@ def place(raw: dict[str, Any], gpus: int, worker: str, limits: SpecLimits | None
     ``"gpu"`` becomes ``gpus``. A job that would use GPUs (device auto or cuda on a worker with GPUs)
     must not ask for more ranks than there are GPUs. Once the number is known, the rules that depend
     on it (a global batch divisible by the ranks, a mesh that divides them) are checked again."""
-    parallel = raw.get("parallel") or {}
-    nproc = parallel.get("nproc_per_node", 1)
-    device = parallel.get("device", "auto")
+    stored = StoredSpec.of(raw)
+    nproc, device = stored.nproc_per_node, stored.device
     if nproc == "gpu":
         if gpus == 0:
             raise PlacementError(f"parallel.nproc_per_node: 'gpu' asks for one rank per GPU, but worker {worker} has no GPU")
@@ -92,7 +92,7 @@ def place(raw: dict[str, Any], gpus: int, worker: str, limits: SpecLimits | None
         placed.setdefault("parallel", {})["nproc_per_node"] = gpus
     else:
         placed = raw
-    count = placed.get("parallel", {}).get("nproc_per_node", 1)
+    count = StoredSpec.of(placed).nproc_per_node
     if gpus > 0 and device != "cpu" and count > gpus:
         raise PlacementError(f"parallel.nproc_per_node: {count} ranks per node, but worker {worker} has {gpus} GPUs; "
                              f"ranks would share devices (use 'gpu' for all of them, or at most {gpus})")

@@ -9,6 +9,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from trainer.spec_view import StoredSpec
+
 MAX_GRAD_ACCUM = 1024  # TrainSpec.grad_accum_steps' upper bound
 
 
@@ -16,12 +18,12 @@ def halved_micro_batch(spec: dict[str, Any], attempt: int, ranks: int) -> tuple[
     """(the adjusted spec, a record of the change) for the attempt after ``attempt`` of a job of ``ranks``
     ranks, or None when the job did not ask for it or the
     micro-batch cannot be halved (one sample, or an odd one)."""
-    if spec.get("kind", "catalog") != "catalog":
+    if StoredSpec.of(spec).kind != "catalog":
         return None
     train = spec.get("train") or {}
     if not train.get("auto_micro_batch"):
         return None
-    if (spec.get("parallel") or {}).get("pipeline"):
+    if StoredSpec.of(spec).pipeline:
         return None  # a pipeline accumulates over its own micro-batches; grad_accum_steps stays 1
     accum = int(train.get("grad_accum_steps", 1))
     global_batch = int(train.get("global_batch_size", 64))

@@ -35,6 +35,7 @@ from jobs.states import TransitionRefused
 from trainer import pg_watch
 from trainer.pdeathsig import set_not_dumpable
 from trainer.spec import AnySpec, SpecError, spec_from_dict
+from trainer.spec_view import StoredSpec
 from worker import attempt_dir, devices, engine_attempts, job_code, outcome
 from worker import node as nodes
 from worker.executors import make_executor
@@ -158,8 +159,7 @@ class Supervisor(Verdicts):
         """Adopt the attempt the scheduler placed here (worker/lease.py). Raises TransitionRefused otherwise."""
         job = self.lease.claim(self.rq_attempt)
         self.gang.placement = job.placement
-        parallel = job.spec.get("parallel") or {}
-        self.gang.nnodes = 1 if self.executor.allocates_nodes else int(parallel.get("nnodes", 1))
+        self.gang.nnodes = 1 if self.executor.allocates_nodes else StoredSpec.of(job.spec).nnodes
         log.info("job %s attempt %d: adopted on %s (%s)", job.id, job.attempt, self.worker_id, job.placement, extra=self.log_extra)
         return job
 
