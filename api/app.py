@@ -15,7 +15,7 @@ from api.job_reader import JobReader
 from api.key_cache import KeyCache
 from api.middleware import BodySizeLimit, RequestContext
 from api.observability import make_registry
-from api.routes import artifacts, code, health, hosts, jobs, keys, quotas, streams, sweeps
+from api.routes import artifacts, code, health, hosts, jobs, keys, quotas, streams, sweeps, usage
 from api.stream_slots import StreamSlots
 from client.version import VERSION
 from jobs import logconfig
@@ -70,6 +70,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(hosts.router)
     app.include_router(quotas.router)
     app.include_router(sweeps.router)
+    app.include_router(usage.router)
     code.install(app)
     dashboard.mount(app)
     methods.install(app)  # last: OPTIONS answered from every route above

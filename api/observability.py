@@ -15,7 +15,8 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session
 
-from jobs import job_stats
+from jobs import job_stats, usage
+from jobs.models import utcnow
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +41,7 @@ class JobsCollector(Collector):
                 counts = job_stats.status_counts(session)
                 depths = job_stats.queue_depths(session)
                 ingested = job_stats.events_ingested_total(session)
+                held = usage.totals_by_owner(session, utcnow())
                 with self._lock:
                     latencies, self._dispatch_after = job_stats.dispatches_after(session, self._dispatch_after)
                     for seconds in latencies:
@@ -57,6 +59,14 @@ class JobsCollector(Collector):
             for name, n in sorted(depths.items()):
                 depth.add_metric([name], n)
             yield depth
+            gpu = CounterMetricFamily("torchyard_gpu_seconds", "GPU-seconds held by each owner's attempts (placement x time; "
+                                      "running ones until now).", labels=["owner"])
+            cpu = CounterMetricFamily("torchyard_cpu_slot_seconds", "CPU-slot-seconds held by each owner's attempts.", labels=["owner"])
+            for owner, (gpu_s, cpu_s) in sorted(held.items()):
+                gpu.add_metric([owner], gpu_s)
+                cpu.add_metric([owner], cpu_s)
+            yield gpu
+            yield cpu
         yield from self.dispatch.collect()
 
 

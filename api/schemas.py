@@ -212,6 +212,24 @@ class QuotaList(BaseModel):
     items: list[QuotaOut]
 
 
+class UsageRowOut(BaseModel):
+    owner: str | None = Field(None, description="Present when grouped by owner.")
+    day: str | None = Field(None, description="The UTC day (YYYY-MM-DD); present when grouped by day.")
+    gpu_hours: float
+    cpu_slot_hours: float
+    jobs: int
+    attempts: int
+    preempted_gpu_hours: float = Field(description="GPU-hours of attempts that ended preempted (their work resumed elsewhere).")
+
+
+class UsageOut(BaseModel):
+    model_config = ConfigDict(populate_by_name=True)
+
+    start: datetime | None = Field(None, alias="from", description="The window's start; null: all time.")
+    end: datetime = Field(alias="to", description="The window's end (now at the latest).")
+    items: list[UsageRowOut]
+
+
 class KeyOut(BaseModel):
     id: str
     owner: str

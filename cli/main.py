@@ -14,7 +14,7 @@ Exit codes scripts can rely on:
   130  interrupted (Ctrl-C); a followed job keeps running
 
 The commands live in modules of their own (jobs, job_output, job_control, files, hosts, tensorboard, connect, keys,
-quota, sweep); each registers on ``app`` when it is imported at the end of this one.
+quota, usage, sweep); each registers on ``app`` when it is imported at the end of this one.
 """
 
 from __future__ import annotations
@@ -154,7 +154,7 @@ def main(
 # Last, and in this order: each module registers its commands on `app` as it is imported (the helpers above must exist
 # by then), and `torchyard --help` lists commands, then groups, in the order they were registered.
 # isort: off
-from cli import jobs, job_output, job_control, files, hosts, tensorboard, connect  # noqa: E402,F401
+from cli import jobs, job_output, job_control, files, hosts, usage, tensorboard, connect  # noqa: E402,F401
 from cli.keys import keys_app  # noqa: E402
 from cli.quota import quota_app  # noqa: E402
 

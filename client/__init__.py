@@ -39,6 +39,7 @@ from client.models import (
     OtherEvent,
     Quota,
     StatusEvent,
+    UsageRow,
     expected_total_steps,
 )
 from client.pack import PackError, pack
@@ -47,5 +48,5 @@ __all__ = [
     "ACTIVE", "TERMINAL", "ApiError", "ApiKey", "Checkpoint", "CheckpointEvent", "Client", "ClientConfig", "CodeBundle",
     "ConfigError", "Conflict", "ConnectionFailed", "EndEvent", "Event", "Forbidden", "Host", "InvalidRequest", "Job", "JobError",
     "JobPage", "MetricEvent", "MetricPoint", "NotFound", "OtherEvent", "PackError", "Quota", "StatusEvent", "TorchyardError",
-    "Unauthorized", "expected_total_steps", "load_config", "load_spec", "pack",
+    "Unauthorized", "UsageRow", "expected_total_steps", "load_config", "load_spec", "pack",
 ]

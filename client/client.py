@@ -7,6 +7,7 @@ the smaller parts (health, sweeps, hosts, quotas, keys) are here."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 from urllib.parse import quote
 
@@ -16,7 +17,7 @@ from client.errors import ApiError
 from client.events import EventsApi
 from client.jobs import load_spec
 from client.logs import LogsApi
-from client.models import ApiKey, Host, Quota
+from client.models import ApiKey, Host, Quota, UsageRow
 
 
 class Client(EventsApi, LogsApi, DownloadsApi):
@@ -77,6 +78,17 @@ class Client(EventsApi, LogsApi, DownloadsApi):
     def delete_quota(self, owner: str) -> None:
         self._request("DELETE", f"/v1/quotas/{owner}")
 
+    # ------------------------------------------------------------------ usage
+
+    def usage(self, start: datetime | str | None = None, end: datetime | str | None = None, group_by: str = "owner") -> list[UsageRow]:
+        """GPU-hours and CPU-slot-hours from the attempts, per ``group_by`` (owner, day, or owner,day) over [start, end):
+        every owner's for the admin, the caller's own otherwise."""
+        return [UsageRow.model_validate(r) for r in self._json("GET", "/v1/usage", params=_window(start, end, group_by))["items"]]
+
+    def usage_csv(self, start: datetime | str | None = None, end: datetime | str | None = None, group_by: str = "owner") -> str:
+        """The same as :meth:`usage`, as the API's CSV."""
+        return self._request("GET", "/v1/usage", params=_window(start, end, group_by), headers={"Accept": "text/csv"}).text
+
     # ------------------------------------------------------------------ keys (admin)
 
     def create_key(self, owner: str, name: str, queues: list[str] | None = None, *, max_priority: int | None = None,
@@ -97,6 +109,14 @@ class Client(EventsApi, LogsApi, DownloadsApi):
 
     def revoke_key(self, key_id: str) -> None:
         self._request("DELETE", f"/v1/keys/{key_id}")
+
+
+def _window(start: datetime | str | None, end: datetime | str | None, group_by: str) -> dict[str, str]:
+    params = {"group_by": group_by}
+    for name, value in (("from", start), ("to", end)):
+        if value is not None:
+            params[name] = value.isoformat() if isinstance(value, datetime) else value
+    return params
 
 
 __all__ = ["ApiError", "Client", "load_spec"]

@@ -141,6 +141,18 @@ class HostCpuSlots(_Model):
     used: int = 0
 
 
+class UsageRow(_Model):
+    """One row of ``GET /v1/usage``: ``owner`` and/or ``day`` as grouped, and what its attempts held."""
+
+    owner: str | None = None
+    day: str | None = None
+    gpu_hours: float = 0.0
+    cpu_slot_hours: float = 0.0
+    jobs: int = 0
+    attempts: int = 0
+    preempted_gpu_hours: float = 0.0
+
+
 class Quota(_Model):
     """An owner's quota as ``GET /v1/quotas`` shows it: guaranteed devices (None: no limit) and what it holds now."""
 

@@ -21,7 +21,7 @@ sys.modules[__name__ + ".report"] = report
 
 _CLIENT_NAMES = frozenset({
     "Client", "ClientConfig", "ApiError", "Conflict", "ConnectionFailed", "Forbidden", "InvalidRequest", "NotFound",
-    "TorchyardError", "Unauthorized", "Job", "Checkpoint", "MetricPoint", "load_config", "load_spec", "pack",
+    "TorchyardError", "Unauthorized", "UsageRow", "Job", "Checkpoint", "MetricPoint", "load_config", "load_spec", "pack",
 })
 
 __all__ = ["report", *sorted(_CLIENT_NAMES)]

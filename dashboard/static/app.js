@@ -6,6 +6,7 @@ import { destroyCharts } from "./charts.js";
 import { destroyCompare, openCompare } from "./compare.js";
 import { $ } from "./dom.js";
 import { openHosts } from "./hosts.js";
+import { destroyUsage, openUsage } from "./usage.js";
 import { openJob, wireJobButtons } from "./job-view.js";
 import { openJobs } from "./jobs-list.js";
 import { destroySweeps, openSweeps } from "./sweep.js";
@@ -32,6 +33,7 @@ function route() {
   destroyCharts();
   destroyCompare();
   destroySweeps();
+  destroyUsage();
   if (!hasKey()) {
     show("login-view");
     $("key-input").focus();
@@ -42,6 +44,7 @@ function route() {
   if (job) openJob(job[1], gen, signal);
   else if (compare) openCompare(compare[1].split(",").filter(Boolean), gen, signal);
   else if (/^#\/hosts\/?$/.test(location.hash)) openHosts(gen, signal);
+  else if (/^#\/usage\/?$/.test(location.hash)) openUsage(gen, signal);
   else if (location.hash.startsWith("#/sweeps")) {
     show("sweeps-view");
     openSweeps(location.hash, gen, signal);

@@ -91,6 +91,10 @@ def test_hosts_lineage_finished_panels_and_spec_diff(services: Services, playwri
     assert seen["gpus"][1]["state"] == "free" and seen["gpus"][1]["link"] is None
     assert "1/2 GPUs in use" in seen["hostMeta"] and "CPU slots 0/2 used" in seen["hostMeta"] and "last seen" in seen["hostMeta"]
 
+    # Usage: the admin's row, GPU-hours from the attempts (the held job's GPU and the finished jobs' CPU slots), drawn.
+    assert [r["owner"] for r in seen["usage"]["rows"]] == ["admin"] and seen["usage"]["owners"] == "admin"
+    assert seen["usage"]["points"] >= 1 and float(seen["usage"]["rows"][0]["cells"][1]) > 0, seen["usage"]
+
     # The finished script job: no panel waits for metrics; the ones without data say it has none.
     assert all(p["text"] is None or "waiting" not in p["text"] for p in seen["panels"]), seen["panels"]
     assert {p["id"]: p["text"] for p in seen["panels"]}["chart-eval"] == "this job recorded no eval accuracy"

@@ -38,6 +38,17 @@ await visit("views", async (page, cfg, result, step) => {
   result.hostMeta = await host.locator(".meta").textContent();
   await page.screenshot({ path: join(cfg.outDir, "hosts.png") });
 
+  step("usage view");
+  await page.click('nav a[href="#/usage"]');
+  await page.locator('#usage-table tr[data-owner="admin"]').waitFor();
+  await page.waitForFunction(() => document.querySelector("#usage-chart canvas"));
+  result.usage = {
+    rows: await page.$$eval("#usage-table tr", (trs) => trs.map((tr) => ({ owner: tr.dataset.owner, cells: [...tr.cells].map((c) => c.textContent) }))),
+    points: Number(await page.getAttribute("#usage-chart", "data-points")),
+    owners: await page.getAttribute("#usage-chart", "data-owners"),
+  };
+  await page.screenshot({ path: join(cfg.outDir, "usage.png") });
+
   step("a finished script job's page");
   // A preemption's transition, as the scheduler writes it, put into this job's JSON: how the page renders it is what
   // is tested here (real preemptions: tests/priority), without a second job and a wait for its checkpoint.

@@ -78,9 +78,25 @@ def test_a_high_priority_job_preempts_a_low_one_that_resumes_from_its_checkpoint
         # The high job started before the low one came back.
         assert done_high["started_at"] < next(t["at"] for t in client.get(f"/v1/jobs/{low}").json()["transitions"]
                                               if t["to_status"] == "running" and t["attempt"] == 2)
+        assert_usage_is_the_attempts(client, [low, high])
     tries = attempts(settings, low)
     assert [a.outcome for a in tries] == ["preempted", "succeeded"]
     assert tries[1].resumed_from_step is not None and tries[1].resumed_from_step >= 8  # the checkpoint taken on SIGTERM
+
+
+def assert_usage_is_the_attempts(client: httpx.Client, job_ids: list[str]) -> None:
+    """GET /v1/usage gives each attempt's GPUs times its time held, as the job detail shows them."""
+    gpu_h = preempted_h = 0.0
+    for job_id in job_ids:
+        for a in client.get(f"/v1/jobs/{job_id}").json()["attempts"]:
+            held = (datetime.fromisoformat(a["finished_at"]) - datetime.fromisoformat(a["started_at"])).total_seconds() / 3600
+            gpus = sum(len(n["gpus"]) for n in a["placement"])
+            gpu_h += gpus * held
+            preempted_h += gpus * held if a["outcome"] == "preempted" else 0
+    [row] = client.get("/v1/usage").json()["items"]
+    assert row["gpu_hours"] == pytest.approx(gpu_h, abs=1e-5) and row["gpu_hours"] > 0
+    assert row["preempted_gpu_hours"] == pytest.approx(preempted_h, abs=1e-5) and preempted_h > 0
+    assert (row["jobs"], row["attempts"]) == (2, 3)
 
 
 def test_an_owner_within_its_quota_takes_back_borrowed_gpus(services: Services, out: str) -> None:
