@@ -28,7 +28,7 @@ export async function openUsage(gen, signal) {
       ]);
       if (!isCurrent(gen)) return;
       $("usage-empty").hidden = totals.items.length > 0;
-      drawChart(daily.items);
+      drawChart(daily.items, Date.parse(`${since}T00:00:00Z`) / 1000);
       $("usage-table").replaceChildren(...totals.items.map(totalRow));
     } catch (err) {
       if (quiet(err)) return;
@@ -48,7 +48,8 @@ const totalRow = (r) => el("tr", { dataset: { owner: r.owner } },
   el("td", {}, fmtNum(r.cpu_slot_hours)), el("td", {}, String(r.jobs)), el("td", {}, String(r.attempts)),
   el("td", {}, fmtNum(r.preempted_gpu_hours)));
 
-function drawChart(items) {
+// The x axis is the whole window, the days with no use included: one day of data must not stretch over years.
+function drawChart(items, start) {
   const node = $("usage-chart");
   const days = [...new Set(items.map((r) => r.day))].sort();
   const owners = [...new Set(items.map((r) => r.owner))].sort();
@@ -63,6 +64,7 @@ function drawChart(items) {
   plot = new uPlot({
     width: Math.max(node.clientWidth, 280),
     height: 260,
+    scales: { x: { time: true, range: () => [start, Math.ceil(Date.now() / 86400e3) * 86400] } },
     legend: { show: true },
     axes: [{}, { label: "GPU-hours", labelSize: 20, size: 60 }],
     series: [
