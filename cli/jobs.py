@@ -82,16 +82,21 @@ def submit(
     workdir: Annotated[Path | None, typer.Option(
         "--workdir", "-w", help="Upload this directory (honouring .gitignore and .torchyardignore) and run the script job's "
                                 "entrypoint from it.", show_default=False)] = None,
+    after: Annotated[list[str], typer.Option("--after", help="A job id that must succeed first (depends_on); repeat.",
+                                             show_default=False)] = [],  # noqa: B006
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the job id.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the created job as JSON.")] = False,
 ) -> None:
-    """Submit a job spec; with --workdir, your directory's code; with --follow, watch it to the end."""
+    """Submit a job spec; with --workdir, your directory's code; with --after, once other jobs succeeded; with --follow,
+    watch it to the end."""
     spec = load_spec(spec_file)
     if name:
         spec["name"] = name
     if label:
         spec["labels"] = {**(spec.get("labels") or {}), **_parse_pairs(label, "--label")}
     _apply_set(spec, _parse_pairs(set_, "--set"))
+    if after:
+        spec["depends_on"] = [*(spec.get("depends_on") or []), *after]
     client = _settings(ctx).client()
     if workdir is not None:
         if spec.get("kind") != "script":

@@ -81,6 +81,7 @@ class ErrorType(str, Enum):
     BAD_EVENT = "bad_event"  # events.jsonl held a line the service cannot store (names the line)
     DISK_FULL = "disk_full"  # no space left while preparing the run (names the path)
     INTERNAL = "internal_error"
+    DEPENDENCY_FAILED = "dependency_failed"  # a job in its depends_on failed or was cancelled: it never ran
 
 
 class Job(SQLModel, table=True):

@@ -12,6 +12,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlmodel import Session
 
+from jobs import dependencies
 from jobs.hosts import HOLDING, read_hosts
 from jobs.models import Attempt, Host, Job, Quota, Status
 from jobs.scheduling import NodePlacement, Placement
@@ -38,6 +39,10 @@ class QueuedRow:
     def timeout_s(self) -> float:
         return StoredSpec.of(self.spec).timeout_s
 
+    @property
+    def depends_on(self) -> tuple[str, ...]:
+        return StoredSpec.of(self.spec).depends_on
+
 
 @dataclass
 class View:
@@ -48,6 +53,8 @@ class View:
     quotas: dict[str, PolicyQuota] = field(default_factory=dict)
     # Running jobs already asked to make room (jobs/stops.py): they hold their devices until they have left.
     stopping: set[str] = field(default_factory=set)
+    # The status of every job a queued job depends on (jobs/dependencies.py); a deleted one is absent.
+    dependencies: dict[str, str] = field(default_factory=dict)
 
 
 def placement_of(job_id: str, nodes: list[dict[str, Any]], **meta: Any) -> Placement:
@@ -85,5 +92,6 @@ def read_view(session: Session, lease_ttl_s: float) -> View:
                 started_at=started.timestamp() if started is not None else None,
                 timeout_s=StoredSpec.of(spec).timeout_s))
     quotas = read_quotas(session)
+    depends = dependencies.statuses(session, (dep for job in queued for dep in job.depends_on))
     session.commit()
-    return View(hosts, queued, running, dict(per_owner), quotas, stopping)
+    return View(hosts, queued, running, dict(per_owner), quotas, stopping, depends)

@@ -24,10 +24,10 @@ from redis.exceptions import RedisError
 from rq import Queue
 from sqlmodel import Session
 
-from jobs import leader, stops
+from jobs import dependencies, leader, stops
 from jobs.clock import db_now
 from jobs.db import get_engine
-from jobs.models import Attempt, Job, Status, utcnow
+from jobs.models import Attempt, ErrorType, Job, Status, utcnow
 from jobs.schedule_view import QueuedRow, View, read_view
 from jobs.scheduling import DEFAULT_MIN_RUNTIME_S, Decision, NodePlacement, Placement, Preemption, QueuedJob, Reservation, Waiting, schedule
 from jobs.scheduling import Host as PolicyHost
@@ -102,6 +102,8 @@ def decide(view: View, running_cap: int, *, now: float | None = None, reservatio
     for job in view.queued:
         if job.hold:
             waiting[job.id] = Waiting(0, job.hold)
+        elif job.depends_on and (after := dependencies.verdict(job.depends_on, view.dependencies)).kind != "ready":
+            waiting[job.id] = Waiting(0, after.reason)  # a failed dependency's job is ended by run_pass
         elif allowance.setdefault(job.owner, running_cap) <= 0:
             waiting[job.id] = capped(job.owner)
         else:
@@ -163,6 +165,9 @@ def run_pass(session: Session, redis: Redis, settings: Settings, holder: str, *,
     those of the previous pass (PassReport.reservations)."""
     report = PassReport()
     view = read_view(session, settings.lease_ttl_s)
+    if not _end_jobs_whose_dependency_failed(session, settings, holder, view):
+        report.lost_lease = True
+        return report
     if not view.queued:
         return report
     decision = decide(view, settings.max_running_per_owner, now=time.time() if now is None else now,
@@ -193,6 +198,28 @@ def run_pass(session: Session, redis: Redis, settings: Settings, holder: str, *,
     if not _store_waiting(session, settings, holder, view.queued, decision.waiting):
         report.lost_lease = True
     return report
+
+
+def _end_jobs_whose_dependency_failed(session: Session, settings: Settings, holder: str, view: View) -> bool:
+    """Cancel each queued job one of whose dependencies ended failed, cancelled or was deleted (it can never run),
+    and take it out of ``view``. False: the lease is gone."""
+    ended = set()
+    for job in view.queued:
+        after = dependencies.verdict(job.depends_on, view.dependencies) if job.depends_on else None
+        if after is None or after.kind != "fail":
+            continue
+        if not leader.still_held(session, leader.SCHEDULER, holder, settings.lease_ttl_s):
+            session.rollback()
+            return False
+        try:
+            transition(session, job.id, Status.CANCELLED, expect=[Status.QUEUED], reason=after.reason, values={
+                "error_type": ErrorType.DEPENDENCY_FAILED.value, "error_message": f"{after.reason}, so this job never ran",
+                "queue_position": None, "waiting_reason": None})
+        except TransitionRefused:
+            continue  # it moved on meanwhile (cancelled by its owner)
+        ended.add(job.id)
+    view.queued[:] = [job for job in view.queued if job.id not in ended]
+    return True
 
 
 def _place(session: Session, settings: Settings, holder: str, placement: Placement, attempt: int) -> bool | None:

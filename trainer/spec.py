@@ -24,10 +24,12 @@ user's own script from the code root under torchrun. ``AnySpec`` is the union,
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Discriminator,
@@ -185,6 +187,15 @@ class ProfileSpec(_Strict):
     memory: StrictBool = Field(False, description="Also record tensor allocations (profile_memory) and shapes.")
 
 
+_JOB_ID = re.compile(r"[0-9a-f]{1,64}")
+
+
+def _job_id(value: str) -> str:
+    if not _JOB_ID.fullmatch(value):
+        raise PydanticCustomError("job_id", "'{value}' is not a job id (the hex id the API gave the job)", {"value": value})
+    return value
+
+
 class JobBase(_Strict):
     """What every kind of job has: identity, ranks, restarts and retries, limits, queue, labels, env and secrets."""
 
@@ -207,6 +218,11 @@ class JobBase(_Strict):
         default_factory=dict, max_length=32,
         description="Credentials for every rank's environment (e.g. WANDB_API_KEY, HF_TOKEN), under the same name rules as env. "
                     "Stored encrypted, never returned: responses list their names only.",
+    )
+    depends_on: list[Annotated[str, AfterValidator(_job_id)]] = Field(
+        default_factory=list, max_length=32,
+        description="Job ids (of the submitting key's owner) that must succeed first; this job waits until they have, "
+                    "and is cancelled (dependency_failed) if one fails or is cancelled.",
     )
     tracking: TrackingSpec = Field(default_factory=TrackingSpec,
                                    description="Where rank 0's metrics go besides torchyard (TensorBoard is always written).")

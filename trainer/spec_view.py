@@ -22,6 +22,7 @@ class StoredSpec:
     device: str  # auto, cpu or cuda
     pipeline: bool
     timeout_s: float
+    depends_on: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, spec: Mapping[str, Any]) -> StoredSpec:
@@ -34,4 +35,5 @@ class StoredSpec:
             device=parallel.get("device", _P["device"].default),
             pipeline=bool(parallel.get("pipeline")),
             timeout_s=float(spec.get("timeout_s") or JobBase.model_fields["timeout_s"].default),
+            depends_on=tuple(spec.get("depends_on") or ()),
         )

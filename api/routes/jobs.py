@@ -16,7 +16,7 @@ from api.deps import RedisDep, SessionDep, SettingsDep
 from api.errors import invalid, responses
 from api.job_reader import JobReader
 from api.schemas import CheckpointList, CheckpointOut, JobList, JobOut, MetricList, MetricOut
-from jobs import bundles, checkpoint_archive, cursors, job_control, job_lookup, job_pages, scheduler, submission, weights_file
+from jobs import bundles, checkpoint_archive, cursors, dependencies, job_control, job_lookup, job_pages, scheduler, submission, weights_file
 from jobs.models import Status
 from trainer.spec import LABEL_KEY_PATTERN, AnySpec, SpecError, SpecProblem, spec_problems
 
@@ -51,6 +51,8 @@ def submit_job(
     seen = {p.loc for p in problems}
     problems += [SpecProblem((field,), why) for field, why in principal.spec_problems(spec.queue, spec.priority, spec.preemptible)
                  if (field,) not in seen]
+    problems += [SpecProblem(("depends_on",), f"job {job_id} does not exist or is not yours to read")
+                 for job_id in dependencies.unreadable(session, principal.owner, spec.depends_on)]
     if problems:
         raise SpecError(problems)
     sub = submission.submit(session, principal.owner, spec, idempotency_key=idempotency_key, settings=settings)
