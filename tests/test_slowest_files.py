@@ -41,7 +41,8 @@ def _run(tmp_path: Path, *args: str) -> list[str]:
     (tmp_path / "test_slow.py").write_text(SLOW)
     (tmp_path / "test_quick.py").write_text("def test_quick():\n    pass\n")
     (tmp_path / "test_failing.py").write_text("def test_failing():\n    assert False\n")
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    # Only the plugins the run needs: each of the run's processes would import every installed one (schemathesis, ...).
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
     env.pop("PYTEST_XDIST_WORKER", None)
     proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-ra", "-q", *args, str(tmp_path)],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
@@ -49,7 +50,7 @@ def _run(tmp_path: Path, *args: str) -> list[str]:
     return proc.stdout.strip().splitlines()
 
 
-@pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["one-process", "xdist"])
+@pytest.mark.parametrize("xdist", [[], ["-p", "xdist.plugin", "-n", "2"]], ids=["one-process", "xdist"])
 def test_the_slowest_files_are_listed_before_the_final_line(tmp_path: Path, xdist: list[str]) -> None:
     lines = _run(tmp_path, *xdist)
     heading = next(i for i, line in enumerate(lines) if "slowest test files" in line)
