@@ -27,7 +27,9 @@ def _pytest(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "tests.torchrun_guard", "-p", "no:cacheprovider",
          "-o", "markers=slow", "--rootdir", str(tmp_path), str(tmp_path / "test_inner.py"), *args],
-        cwd=ROOT, capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+        # Only the guard under test: every installed plugin (schemathesis's among them) took most of a run's time.
+        env={**os.environ, "PYTHONPATH": str(ROOT), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"})
 
 
 def test_the_quick_selection_fails_a_test_that_starts_torchrun(tmp_path: Path) -> None:

@@ -220,6 +220,8 @@ class Checkpointer:
         self.last_saved_step = meta["step"]
 
     def _commit(self, tmp: Path, name: str, meta: dict[str, Any], event_epoch: int) -> None:
+        # The step's metric event first: once ``latest`` names this checkpoint, a killed attempt resumes after its step.
+        self.events.settle()
         _write_json(tmp / META, meta)
         _write_json(tmp / SPEC, self.spec.model_dump(mode="json"))
         final = self.dir / name

@@ -109,6 +109,12 @@ class EventWriter:
             elif type_ == "checkpoint" and isinstance(fields.get("weights"), str):
                 self.sinks.note_weights(fields["weights"])
 
+    def settle(self) -> None:
+        """Write a report still in flight now. Called before a checkpoint becomes the one to resume from: a kill
+        after that point must not take with it a step the next attempt will not train again."""
+        if self.enabled and self._file is not None and self.before_emit is not None:
+            self.before_emit()
+
     def metric(self, step: int, epoch: int, values: dict[str, float]) -> None:
         self.emit("metric", step=step, epoch=epoch, values=values)
 

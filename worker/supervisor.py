@@ -180,6 +180,9 @@ class Supervisor(Verdicts):
         run_dir = Path(job.run_dir or "")
         self.tail = EventTail(run_dir / "events.jsonl")
         self.found = Found(run_dir, enabled=False)  # until the spec says what to look for
+        # Whatever an earlier attempt's rank 0 wrote that its supervisor never stored (killed by its lease watchdog,
+        # or its worker died) is stored now, before this attempt can end or its ranks resume past those steps.
+        self._ingest()
         refused = self.isolation.owner_refused(self.redis, job.owner)
         if refused is not None:
             self.gang.stop_quietly()
@@ -240,6 +243,9 @@ class Supervisor(Verdicts):
         if self.lease.watchdog_fired:
             # Not the training's fault: like a lost worker, requeued without spending a retry (if still ours).
             self.gang.stop_quietly()
+            # What the ranks wrote before they were stopped, while the fence still lets us (else the next attempt does).
+            with contextlib.suppress(SQLAlchemyError, Fenced):
+                self._ingest(final=True)
             what = f"lease not renewed within {0.8 * self.settings.lease_ttl_s:.1f}s; ranks stopped"
             return self._requeue(job, reason=f"{what}; requeued", outcome_name="lost", consume_retry=False, exit_code=code,
                                  error=outcome.Failure(ErrorType.WORKER_LOST, what, None, code))

@@ -32,13 +32,13 @@ from jobs.settings import Settings
 from stack.redis_server import RedisServer
 from tests.conftest import make_settings
 from tests.helpers import ROOT, Services, wait_until
+from tests.uid_blocks import uid_block
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(os.geteuid() != 0, reason="starts services as other users: needs root")]
 
 log = logging.getLogger(__name__)
 
 SERVICE_UID = 10001
-JOB_UIDS = (33000, 33099)  # outside 20000-29999, the range `make run` and compose jobs take meanwhile
 CAPS = "+setuid,+setgid,+kill,+chown,+fowner"
 AS_SERVICE = ["setpriv", f"--reuid={SERVICE_UID}", f"--regid={SERVICE_UID}", "--clear-groups"]
 AS_WORKER = [*AS_SERVICE, f"--inh-caps={CAPS}", f"--ambient-caps={CAPS}"]
@@ -187,7 +187,8 @@ def isolated() -> Iterator[Isolated]:
         os.chown(f, SERVICE_UID, SERVICE_UID)
     logs = work / "logs"
     env = {"TORCHYARD_SINGLE_USER": "false", "TORCHYARD_SECRETS_KEY": key}
-    worker_env = {**env, "TORCHYARD_JOB_UIDS": f"{JOB_UIDS[0]}-{JOB_UIDS[1]}"}
+    first, last = uid_block()  # this process's own: the teardown kills every process in it
+    worker_env = {**env, "TORCHYARD_JOB_UIDS": f"{first}-{last}"}
     api = Services(settings, logs, wrap=AS_SERVICE)
     workers = Services(settings, logs, wrap=AS_WORKER)
     try:
@@ -205,7 +206,7 @@ def isolated() -> Iterator[Isolated]:
             os.chmod(p, mode)
         for proc in psutil.process_iter(["uids"]):
             with contextlib.suppress(psutil.Error):
-                if JOB_UIDS[0] <= proc.info["uids"].real <= JOB_UIDS[1]:
+                if first <= proc.info["uids"].real <= last:
                     proc.kill()
         shutil.rmtree(work, ignore_errors=True)
 
@@ -282,7 +283,8 @@ def test_a_job_reaches_neither_another_job_nor_the_service(attack: dict[str, Any
 
 def test_each_job_runs_under_its_own_uid_and_owns_its_run_directory(attack: dict[str, Any], isolated: Isolated) -> None:
     attacker_uid, victim_uid = attack["got"]["uid"], attack["victim_uid"]
-    assert JOB_UIDS[0] <= attacker_uid <= JOB_UIDS[1] and JOB_UIDS[0] <= victim_uid <= JOB_UIDS[1]
+    first, last = uid_block()
+    assert first <= attacker_uid <= last and first <= victim_uid <= last
     assert attacker_uid != victim_uid
     assert attack["cancelled_left"] == []  # a cancelled job left no process behind either
     st_ = attack["victim_stat"]
@@ -305,7 +307,7 @@ def test_nothing_outlives_its_attempt(isolated: Isolated) -> None:
         ended = time.monotonic()
         assert job["status"] == "succeeded", job.get("error")
         uid = int((Path(job["run_dir"]) / "workdir" / "uid.txt").read_text())
-        assert JOB_UIDS[0] <= uid <= JOB_UIDS[1]
+        assert uid_block()[0] <= uid <= uid_block()[1]
 
         wait_until(lambda: not _live_processes(uid), 5, interval_s=0.02, what=f"no process of uid {uid}")
         took = time.monotonic() - ended

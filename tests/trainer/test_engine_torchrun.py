@@ -12,17 +12,20 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 import torch
 from safetensors.torch import load_file
 
 from stack.redis_server import free_port
+from tests.helpers import wait_until
 from tests.trainer.helpers import REPO, RUN_CASES, assert_close_seq, events, rank_env, run_cases, spec, train_losses
 from trainer.checkpoint import load_model
 
 pytestmark = pytest.mark.slow
 
 STEPS = 12
+HSDP_DEADLINE_S = 600  # far past a healthy 2-node run (seconds) on a machine a second suite loads too
 IMAGES = {"name": "synthetic-classification", "args": {"samples": 128, "eval_samples": 16, "image_size": 8, "channels": 3}}
 TOKENS = {"name": "synthetic-lm", "args": {"samples": 128, "eval_samples": 16, "vocab_size": 64, "seq_len": 16}}
 CATALOG = {
@@ -179,19 +182,51 @@ def test_keep_last_prunes_old_checkpoints(runs: Path) -> None:
     assert (ckdir / "latest").read_text() == "step_00000012"
 
 
+def _node(node_rank: int, port: int, cases: Path) -> subprocess.Popen[str]:
+    # As the worker launches a gang (worker/launch.py): node 0 hosts the rendezvous store, said explicitly (on one
+    # machine both agents would otherwise race to host it), and every deadline is far past a run on a loaded machine:
+    # a store read waits for the other node's agent (TCPStore::doWait) only 60 s by torchrun's default.
+    conf = f"join_timeout={HSDP_DEADLINE_S},read_timeout={HSDP_DEADLINE_S},is_host={'true' if node_rank == 0 else 'false'}"
+    return subprocess.Popen(
+        [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", f"--node-rank={node_rank}", "--nproc-per-node=1",
+         "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=hsdp", f"--rdzv-conf={conf}",
+         str(RUN_CASES), str(cases)],
+        env=rank_env(), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _listening(proc: subprocess.Popen[str], port: int) -> bool:
+    try:
+        conns = psutil.Process(proc.pid).net_connections(kind="tcp")
+    except psutil.NoSuchProcess:
+        return False
+    return any(c.status == psutil.CONN_LISTEN and c.laddr.port == port for c in conns)
+
+
+def _store_host(cases: Path) -> tuple[subprocess.Popen[str], int]:
+    """Node 0, once it listens on its store's port. Another process may take a free port before node 0 binds it:
+    then node 0 exits at once and a fresh port is tried; any other exit fails the test with its output."""
+    for _ in range(3):
+        port = free_port()
+        node0 = _node(0, port, cases)
+        wait_until(lambda node0=node0, port=port: node0.poll() is not None or _listening(node0, port), HSDP_DEADLINE_S, interval_s=0.1,
+                   what="node 0 to host the rendezvous store")
+        if node0.poll() is None:
+            return node0, port
+        out = node0.communicate()[0]
+        assert "address already in use" in out.lower(), out[-3000:]
+    raise AssertionError("three free ports were taken before node 0 could bind one")
+
+
 def test_hsdp_on_two_nodes_equals_ddp(runs: Path, tmp_path: Path) -> None:
     """Two torchrun agents on this host as two nodes: FSDP2 builds a 2-D (replicate, shard) mesh."""
     job = spec("hsdp", nproc=1, strategy="fsdp", max_steps=STEPS)
     job["parallel"]["nnodes"] = 2
-    (tmp_path / "cases.json").write_text(json.dumps([_case(tmp_path, "hsdp", job)]))
-    port = free_port()
-    procs = [subprocess.Popen(
-        [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=1", "--rdzv-backend=c10d",
-         f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=hsdp", str(RUN_CASES), str(tmp_path / "cases.json")],
-        env=rank_env(), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        for _ in range(2)]
-    outs = [p.communicate(timeout=180)[0] for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], outs[0][-3000:]
+    cases = tmp_path / "cases.json"
+    cases.write_text(json.dumps([_case(tmp_path, "hsdp", job)]))
+    node0, port = _store_host(cases)
+    procs = [node0, _node(1, port, cases)]
+    outs = [p.communicate(timeout=HSDP_DEADLINE_S)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs[0][-3000:] + outs[1][-3000:]
     training = next(e for e in events(tmp_path / "hsdp") if e.get("phase") == "training")
     assert training["mesh"] == {"replicate": 2, "shard": 1}
     assert_close_seq(train_losses(tmp_path / "hsdp"), train_losses(runs / "ddp2"), 1e-4)

@@ -20,6 +20,7 @@ from sqlmodel import Session
 from jobs.db import get_engine
 from jobs.models import Job, JobUid, Status
 from jobs.settings import Settings
+from tests.uid_blocks import uid_block
 from worker import cgroups, processes, run_dirs, uid_leases
 from worker.job_users import JobIdentity, isolation_mode, missing_caps, owner_problem, pick_uid, uid_processes
 from worker.tail import EventTail
@@ -185,8 +186,9 @@ def test_the_run_directory_is_handed_to_the_job_uid(tmp_path: Path) -> None:
 @pytest.mark.skipif(not ROOT, reason="running as another uid needs root or CAP_SETUID")
 def test_nothing_of_a_uid_outlives_its_attempt(tmp_path: Path) -> None:
     """A detached grandchild (setsid env -i) and a double-forked daemon are gone within a second of the kill."""
-    uid = 33207  # outside 20000-29999 (`make run` and compose jobs of other tests) and the isolation test's range
-    cgroup = cgroups.create("test-job-users", "job", 1)
+    # This process's own uid and cgroup: every process of the uid is killed, and a second run beside this one has its own.
+    uid = uid_block()[1]
+    cgroup = cgroups.create(f"test-job-users-{uid}", "job", 1)
     run = tmp_path / "run"
     run.mkdir()
     os.chmod(tmp_path, 0o755)

@@ -1,0 +1,77 @@
+"""Each pytest run prints its slowest test files, summed per file, before pytest's final line; under
+pytest-xdist too, where the controller adds up what its workers ran."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tests.helpers import ROOT
+from tests.slowest_files import SHOWN, file_of, slowest
+
+# The slow file's time is in its fixture's setup and teardown as well as its tests' calls: all of it counts.
+SLOW = textwrap.dedent('''
+    import time
+    import pytest
+
+    @pytest.fixture
+    def pause():
+        time.sleep(0.2)
+        yield
+        time.sleep(0.2)
+
+    def test_one(pause):
+        time.sleep(0.2)
+
+    def test_two():
+        time.sleep(0.2)
+''')
+
+
+def _run(tmp_path: Path, *args: str) -> list[str]:
+    (tmp_path / "conftest.py").write_text("from tests.slowest_files import pytest_configure  # noqa: F401\n")
+    (tmp_path / "test_slow.py").write_text(SLOW)
+    (tmp_path / "test_quick.py").write_text("def test_quick():\n    pass\n")
+    (tmp_path / "test_failing.py").write_text("def test_failing():\n    assert False\n")
+    # Only the plugins the run needs: each of the run's processes would import every installed one (schemathesis, ...).
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    env.pop("PYTEST_XDIST_WORKER", None)
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-ra", "-q", *args, str(tmp_path)],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stdout + proc.stderr  # the one failing test
+    return proc.stdout.strip().splitlines()
+
+
+@pytest.mark.parametrize("xdist", [[], ["-p", "xdist.plugin", "-n", "2"]], ids=["one-process", "xdist"])
+def test_the_slowest_files_are_listed_before_the_final_line(tmp_path: Path, xdist: list[str]) -> None:
+    lines = _run(tmp_path, *xdist)
+    heading = next(i for i, line in enumerate(lines) if "slowest test files" in line)
+    rows = [re.fullmatch(r"\s*([0-9.]+)s (\S+)", line) for line in lines[heading + 1:heading + 4]]
+    assert all(rows), lines[heading:]
+    assert rows[0] and rows[0][2] == "test_slow.py"
+    named = {m[2]: float(m[1]) for m in rows if m}
+    assert set(named) == {"test_slow.py", "test_quick.py", "test_failing.py"}
+    assert named["test_slow.py"] >= 0.8  # setup, two calls and teardown, each 0.2 s
+    assert lines.index("FAILED test_failing.py::test_failing - assert False") > heading  # pytest's own summary after
+    assert re.fullmatch(r"1 failed, 3 passed in .*", lines[-1]), lines[-1]
+
+
+@given(st.dictionaries(st.text(min_size=1), st.floats(min_value=0, max_value=1e6), max_size=50))
+def test_slowest_is_the_longest_first_and_at_most_twenty(times: dict[str, float]) -> None:
+    rows = slowest(times)
+    assert len(rows) == min(SHOWN, len(times))
+    assert [t for _, t in rows] == sorted((t for _, t in rows), reverse=True)
+    assert all(t <= rows[-1][1] for name, t in times.items() if (name, t) not in rows) if rows else not times
+
+
+def test_a_file_is_its_node_ids_path() -> None:
+    assert file_of("tests/x/test_y.py::Case::test_z[a::b]") == "tests/x/test_y.py"
+    assert file_of("tests/x/test_y.py") == "tests/x/test_y.py"
