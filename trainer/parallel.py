@@ -143,6 +143,15 @@ def apply_compile(model: nn.Module) -> None:
     _replace_blocks(model, torch.compile)
 
 
+def compile_enabled(spec: JobSpec, device: torch.device) -> bool:
+    """``train.compile``, or where unset: on CUDA (a GPT-2-small step ran 11% of the H100's peak eager, its
+    host launching kernels slower than the GPU ran them: docs/BENCHMARKS.md, "On a GPU"), off on the CPU
+    (compiling costs more than the step saves there). Pipeline and tensor parallelism do not compile yet."""
+    if spec.train.compile is not None:
+        return spec.train.compile
+    return device.type == "cuda" and spec.parallel.pipeline is None and spec.parallel.tensor == 1
+
+
 def parallelize(model: nn.Module, rank: RankInfo, spec: JobSpec, task: str = "classification") -> Parallelized:
     """Activation checkpointing, then compile, then DDP or FSDP2 (the order torchtitan uses); or, for a pipeline
     or tensor-parallel job, the 2-D layout of trainer/model_parallel/."""
@@ -154,7 +163,7 @@ def parallelize(model: nn.Module, rank: RankInfo, spec: JobSpec, task: str = "cl
         return Parallelized(autocast_dtype=None if precision == "fp32" else _DTYPES[precision], **parts)
     if spec.train.activation_checkpointing:
         apply_activation_checkpointing(model)
-    if spec.train.compile:
+    if compile_enabled(spec, rank.device):
         apply_compile(model)
     if spec.parallel.strategy == "fsdp":
         if not spec.parallel.fsdp.cpu_offload:
