@@ -20,8 +20,6 @@ from trainer.distributed import RankInfo
 from trainer.events import EventWriter
 from trainer.exit_codes import PREEMPTED_EXIT_CODE
 from trainer.metrics import MetricsReporter
-from trainer.model_parallel.apply import eval_forward
-from trainer.model_parallel.norms import clip_grad_norm
 from trainer.models import build_model
 from trainer.optim import build_optimizer, build_scheduler
 from trainer.parallel import Parallelized, compile_enabled, grad_scaler, parallelize, reshard
@@ -136,7 +134,7 @@ def run(spec: JobSpec, run_dir: Path, rank: RankInfo, data_dir: Path | None) -> 
     # several passes over a (tokens x vocab) tensor, which at GPT-2's vocabulary is most of the step's memory traffic.
     train_loss = torch.compile(tasks.train_loss) if compiled and pipe is None else tasks.train_loss
     first_step = True
-    is_ddp = wrapped.strategy == "ddp"
+    is_ddp = hasattr(net, "no_sync")  # one rank is not wrapped in DDP (trainer/parallel.py)
     accum = t.grad_accum_steps
     preempted = False
     net.train()
@@ -173,6 +171,8 @@ def run(spec: JobSpec, run_dir: Path, rank: RankInfo, data_dir: Path | None) -> 
         if scaler is not None:
             scaler.unscale_(optimizer)
         if wrapped.data_rank is not None:  # parameters split over stages or sharded over a 2-D mesh
+            from trainer.model_parallel.norms import clip_grad_norm  # here: its imports (pipelining, DTensor) cost seconds
+
             parts = pipe.parts if pipe is not None else [net]
             grad_norm = clip_grad_norm(parts, t.grad_clip, pipe.group if pipe is not None else None)
         else:
@@ -256,7 +256,12 @@ def evaluate(wrapped: Parallelized, dataset, rank: RankInfo, spec: JobSpec, task
     sums = torch.zeros(3, device=rank.device, dtype=torch.float64)
     for x, y, valid in eval_batches(dataset, data_rank, batch, spec.eval.max_batches):
         with autocast:
-            out = net(x) if wrapped.data_rank is None else eval_forward(wrapped, x, spec)
+            if wrapped.data_rank is None:
+                out = net(x)
+            else:
+                from trainer.model_parallel.apply import eval_forward
+
+                out = eval_forward(wrapped, x, spec)
         if out is not None:
             sums += tasks.eval_sums(task, out, y, valid).double()
     if rank.world_size > 1:
