@@ -2,6 +2,7 @@
 
     python bench/gpu.py --out DIR                 # CUDA: about 3 minutes on an H100; parts not started by --budget-s are skipped
     python bench/gpu.py --out DIR --device cpu    # the same parts on the CPU, a few steps each
+    python bench/gpu.py --suite mfu --out DIR     # instead: the trainer before/after against a hand-written loop (gpu_mfu.py)
 
 Measures: (1) the environment: torch and CUDA versions, device name, bf16 support, NCCL version, NVML's GPU count (and
 worker.devices.gpu_indices where the worker's settings import); (2) ``torchrun --standalone --nproc-per-node=1 -m trainer``

@@ -66,7 +66,9 @@ class MetricsReporter:
 
     A log step starts the all-reduce of (loss, grad norm, rank 0's step time) without waiting for it; the
     report is completed (waited for, one host sync, the metric event written) at the next ``train_step``,
-    by which time the reduction has long finished behind that step's compute. Waiting for the gloo round
+    by which time the reduction has long finished behind that step's compute. On a GPU the values come back
+    through pinned memory behind an event, so that sync waits for the log step's work only, never for the
+    steps queued after it. Waiting for the gloo round
     trip inside the step was most of a report's cost (docs/BENCHMARKS.md). Order is kept: the writer
     completes a pending report before it writes any other event (``EventWriter.before_emit``), so a step's
     metric event always comes before its checkpoint, eval or status events; the last step completes at once.
