@@ -2,6 +2,7 @@
 
     python bench/gpu.py --out DIR                 # CUDA: about 3 minutes on an H100; parts not started by --budget-s are skipped
     python bench/gpu.py --out DIR --device cpu    # the same parts on the CPU, a few steps each
+    python bench/gpu.py --suite mfu --out DIR     # instead: the trainer before/after against a hand-written loop (gpu_mfu.py)
 
 Measures: (1) the environment: torch and CUDA versions, device name, bf16 support, NCCL version, NVML's GPU count (and
 worker.devices.gpu_indices where the worker's settings import); (2) ``torchrun --standalone --nproc-per-node=1 -m trainer``
@@ -119,7 +120,15 @@ class Check:
             raise RuntimeError(f"child {what} exited {proc.returncode}: {proc.stderr.strip()[-500:]}")
         return json.loads(lines[-1])
 
-    def torchrun(self, title: str, spec: dict[str, Any], run_dir: Path) -> dict[str, Any]:
+    def script(self, name: str, args: list[str], extra_env: dict[str, str], cap: float) -> subprocess.CompletedProcess[str]:
+        """Another bench script (bench/NAME) to its end, its output kept in logs.txt."""
+        proc = subprocess.run([sys.executable, str(REPO / "bench" / name), *args], cwd=REPO, env={**self.env(), **extra_env},
+                              capture_output=True, text=True, timeout=self.timeout(cap))
+        self.append("logs.txt", f"{name} (exit {proc.returncode})", proc.stdout + proc.stderr)
+        return proc
+
+    def torchrun(self, title: str, spec: dict[str, Any], run_dir: Path, extra_env: dict[str, str] | None = None,
+                 cap: float | None = None, cwd: Path = REPO) -> dict[str, Any]:
         """One trainer launch to its end or its timeout; on a timeout or an interrupt its process group is stopped."""
         run_dir.mkdir(parents=True, exist_ok=True)
         (spec_path := self.work / f"{title}.json").write_text(json.dumps(spec))
@@ -128,9 +137,11 @@ class Check:
         log_path, launched, timed_out = self.work / f"{title}.log", time.time(), False
         with log_path.open("wb") as out:
             # A session of its own, so one killpg reaches torchrun and its rank (which also dies with torchrun).
-            proc = subprocess.Popen(cmd, cwd=REPO, env=self.env(), stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            # cwd: `-m trainer` imports the trainer from there first, whatever PYTHONPATH says.
+            proc = subprocess.Popen(cmd, cwd=cwd, env={**self.env(), **(extra_env or {})}, stdout=out, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
             try:
-                proc.wait(self.timeout(self.size["run_cap_s"]))
+                proc.wait(self.timeout(cap or self.size["run_cap_s"]))
             except subprocess.TimeoutExpired:
                 timed_out = True
             finally:
@@ -364,6 +375,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, help="where gpu.json, gpu.log, logs.txt and events.txt go")
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     p.add_argument("--size", choices=tuple(SIZES), help="model and run length (default: the device's own)")
+    p.add_argument("--suite", choices=("check", "mfu"), default="check",
+                   help="check: the parts above; mfu: the trainer before/after against a hand-written loop (bench/gpu_mfu.py)")
+    p.add_argument("--before-tree", type=Path, help="mfu: a directory holding the old trainer/ package, run as 'before'")
     p.add_argument("--budget-s", type=float, help="no part starts after this; keep it under any outer timeout (250 cuda, 1200 cpu)")
     p.add_argument("--child", choices=("env", "load"), help=argparse.SUPPRESS)
     p.add_argument("--run-dir", help=argparse.SUPPRESS)
@@ -386,6 +400,11 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     try:
         check.part("env", check.environment)
+        if args.suite == "mfu":
+            import gpu_mfu
+
+            gpu_mfu.run_suite(check, args.before_tree)
+            return 0 if check.results["ok"] else 1
         for title, strategy, precision in VARIANTS:
             check.part(title, check.train, title, strategy, precision)
         check.part("fsdp_bf16_resume", check.resume)
@@ -393,7 +412,12 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         check.results["elapsed_s"] = round(time.monotonic() - started, 1)
         check.save()
-        check.table()
+        if args.suite == "mfu":
+            import gpu_mfu
+
+            gpu_mfu.table(check)
+        else:
+            check.table()
         shutil.rmtree(check.work, ignore_errors=True)  # the logs and events are in DIR already
     return 0 if check.results["ok"] else 1
 

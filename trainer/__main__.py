@@ -39,8 +39,10 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
 @record
 def main(argv: list[str] | None = None) -> int:
     from trainer.distributed import set_parent_death_signal
+    from trainer.startup import PHASES
 
     set_parent_death_signal()  # first: a rank must not outlive torchrun, even while importing
+    PHASES.mark("imports")  # the interpreter's start and torch's import
     _setup_logging()
     args = _parse_args(argv)
     data_dir = os.environ.get("TORCHYARD_DATA_DIR")
@@ -58,7 +60,9 @@ def main(argv: list[str] | None = None) -> int:
 
     from trainer import distributed, engine
 
+    PHASES.mark("imports")  # and the spec's check and the trainer's own modules
     rank = distributed.init_distributed(spec.parallel.device)
+    PHASES.mark("process_group")
     code = engine.run(spec, args.run_dir, rank, limits.data_dir)  # an exception: see _run below
     # Every rank reaches here before any tears its groups down: a rank that destroyed its gloo
     # pairs while a peer still used them made that peer abort ("terminate called ...") after 'done'.

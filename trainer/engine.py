@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from trainer import faults, sinks, tasks
+from trainer import faults, sinks, startup, tasks
 from trainer.checkpoint import Checkpointer, TrainPosition
 from trainer.data import build_dataset
 from trainer.data.loader import TrainBatches, eval_batches
@@ -20,11 +20,9 @@ from trainer.distributed import RankInfo
 from trainer.events import EventWriter
 from trainer.exit_codes import PREEMPTED_EXIT_CODE
 from trainer.metrics import MetricsReporter
-from trainer.model_parallel.apply import eval_forward
-from trainer.model_parallel.norms import clip_grad_norm
 from trainer.models import build_model
 from trainer.optim import build_optimizer, build_scheduler
-from trainer.parallel import Parallelized, grad_scaler, parallelize, reshard
+from trainer.parallel import Parallelized, compile_enabled, grad_scaler, parallelize, reshard
 from trainer.preemption import StopSignal
 from trainer.profiling import StepProfiler
 from trainer.spec import JobSpec
@@ -79,16 +77,22 @@ def run(spec: JobSpec, run_dir: Path, rank: RankInfo, data_dir: Path | None) -> 
     t = spec.train
     if t.precision == "fp16" and rank.device.type != "cuda":
         raise ValueError("train.precision: fp16 needs CUDA; use bf16 or fp32 on the CPU")
+    phases = startup.current()
     events = EventWriter(run_dir, enabled=rank.is_main, sinks=sinks.build(run_dir, spec.visible_dump()) if rank.is_main else None)
     control_group = dist.new_group(backend="gloo") if rank.world_size > 1 else None
     stop = StopSignal(rank.world_size, control_group)
     events.status("starting", world_size=rank.world_size, strategy=spec.parallel.strategy, device=rank.device.type)
 
     torch.manual_seed(t.seed)  # identical init on every rank (FSDP shards what each rank built)
+    phases.mark("events")
     bundle = build_dataset(spec.data.name, spec.data.args, data_dir)
+    phases.mark("data")
     model = build_model(spec.model.name, spec.model.args, bundle.info)
     flops = _flops_per_sample(model, spec, bundle.info)
+    phases.mark("model")
+    compiled = compile_enabled(spec, rank.device)
     wrapped = parallelize(model, rank, spec, bundle.info.task)
+    phases.mark("parallelize")
     net = wrapped.model
     pipe = wrapped.pipeline
     # Ranks that differ only in a pipeline or tensor-parallel coordinate read the same samples.
@@ -112,19 +116,25 @@ def run(spec: JobSpec, run_dir: Path, rank: RankInfo, data_dir: Path | None) -> 
     async_group = dist.new_group(backend="gloo") if spec.checkpoint.async_save else None
     checkpointer = Checkpointer(run_dir, spec, rank, events, {"name": spec.model.name, "args": spec.model.args},
                                 bundle.info, async_group)
+    phases.mark("optimizer")
     pos = checkpointer.load_latest(net, optimizer, scheduler, scaler) or TrainPosition()
+    phases.mark("checkpoint_load")
     resumed_from = pos.step
     tokens = bundle.info.input_shape[0] if bundle.info.task == "lm" else None
     reporter = MetricsReporter(events, rank, t.log_every_steps, total_steps, t.global_batch_size, tokens, flops)
     mesh = dict(zip(wrapped.mesh.mesh_dim_names, wrapped.mesh.shape, strict=True)) if wrapped.mesh is not None else None
     events.status("training", world_size=rank.world_size, total_steps=total_steps, steps_per_epoch=batches.steps_per_epoch,
-                  resumed_from_step=resumed_from, mesh=mesh)
+                  resumed_from_step=resumed_from, mesh=mesh, startup=phases.as_dict())
     log.info("training steps %d..%d (epoch %d, step %d in epoch)", pos.step + 1, total_steps, pos.epoch, pos.step_in_epoch)
 
     autocast = (torch.autocast(rank.device.type, dtype=wrapped.autocast_dtype) if wrapped.autocast_dtype is not None
                 else contextlib.nullcontext())
     task = bundle.info.task
-    is_ddp = wrapped.strategy == "ddp"
+    # Compiled with the blocks: the fp32 cast of the logits and the cross-entropy become one kernel instead of
+    # several passes over a (tokens x vocab) tensor, which at GPT-2's vocabulary is most of the step's memory traffic.
+    train_loss = torch.compile(tasks.train_loss) if compiled and pipe is None else tasks.train_loss
+    first_step = True
+    is_ddp = hasattr(net, "no_sync")  # one rank is not wrapped in DDP (trainer/parallel.py)
     accum = t.grad_accum_steps
     preempted = False
     net.train()
@@ -151,14 +161,18 @@ def run(spec: JobSpec, run_dir: Path, rank: RankInfo, data_dir: Path | None) -> 
             with sync:
                 with autocast:
                     out = net(x)
-                loss = tasks.train_loss(task, out, y)
+                loss = train_loss(task, out, y)
                 if accum > 1:  # a division is an autograd node too: only where it changes the value
                     loss = loss / accum
                 (scaler.scale(loss) if scaler is not None else loss).backward()
             loss_sum = loss.detach() if loss_sum is None else loss_sum + loss.detach()
+        if first_step:
+            phases.mark("first_forward_backward")  # with train.compile: where the blocks and the loss are compiled
         if scaler is not None:
             scaler.unscale_(optimizer)
         if wrapped.data_rank is not None:  # parameters split over stages or sharded over a 2-D mesh
+            from trainer.model_parallel.norms import clip_grad_norm  # here: its imports (pipelining, DTensor) cost seconds
+
             parts = pipe.parts if pipe is not None else [net]
             grad_norm = clip_grad_norm(parts, t.grad_clip, pipe.group if pipe is not None else None)
         else:
@@ -181,6 +195,11 @@ def run(spec: JobSpec, run_dir: Path, rank: RankInfo, data_dir: Path | None) -> 
             if pos.step < total_steps:
                 epoch_iter = batches.epoch(pos.epoch)
 
+        if first_step:
+            first_step = False
+            phases.mark("first_optimizer_step")
+            if rank.is_main:
+                phases.log("to the first step")
         profiler.after(pos.step)
         faults.at_step(pos.step, rank.rank)
         if reporter.train_step(pos.step, step_epoch, loss_sum, grad_norm, lr) and reporter.agreed_step_time:
@@ -237,7 +256,12 @@ def evaluate(wrapped: Parallelized, dataset, rank: RankInfo, spec: JobSpec, task
     sums = torch.zeros(3, device=rank.device, dtype=torch.float64)
     for x, y, valid in eval_batches(dataset, data_rank, batch, spec.eval.max_batches):
         with autocast:
-            out = net(x) if wrapped.data_rank is None else eval_forward(wrapped, x, spec)
+            if wrapped.data_rank is None:
+                out = net(x)
+            else:
+                from trainer.model_parallel.apply import eval_forward
+
+                out = eval_forward(wrapped, x, spec)
         if out is not None:
             sums += tasks.eval_sums(task, out, y, valid).double()
     if rank.world_size > 1:

@@ -51,6 +51,14 @@ class _Pending:
     has_norm: bool
     wall: float  # when the step ended: the event's time, though it is written a step later
     width: int  # system metrics per rank in ``stats`` after the three training values
+    ready: Any = None  # CUDA: the event after which ``stats`` (pinned host memory, already reduced) holds the values
+
+
+def _to_pinned(t: torch.Tensor) -> torch.Tensor:
+    """An asynchronous copy of a device tensor into pinned host memory; read it only after an event recorded later."""
+    host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+    host.copy_(t, non_blocking=True)
+    return host
 
 
 class MetricsReporter:
@@ -58,7 +66,9 @@ class MetricsReporter:
 
     A log step starts the all-reduce of (loss, grad norm, rank 0's step time) without waiting for it; the
     report is completed (waited for, one host sync, the metric event written) at the next ``train_step``,
-    by which time the reduction has long finished behind that step's compute. Waiting for the gloo round
+    by which time the reduction has long finished behind that step's compute. On a GPU the values come back
+    through pinned memory behind an event, so that sync waits for the log step's work only, never for the
+    steps queued after it. Waiting for the gloo round
     trip inside the step was most of a report's cost (docs/BENCHMARKS.md). Order is kept: the writer
     completes a pending report before it writes any other event (``EventWriter.before_emit``), so a step's
     metric event always comes before its checkpoint, eval or status events; the last step completes at once.
@@ -118,10 +128,25 @@ class MetricsReporter:
         mine = 1 + self.rank.rank * width
         host[mine:mine + width] = self.system.sample()
         # float64: byte counts of several GiB lose their low digits in float32.
-        stats = torch.cat([torch.stack([loss.detach().float(), norm]).double(),
-                           torch.tensor(host, dtype=torch.float64, device=loss.device)])
+        host_t = torch.tensor(host, dtype=torch.float64)
+        if loss.is_cuda:
+            host_t = host_t.pin_memory()  # a copy from pageable memory would wait for the whole queue of the GPU
+        stats = torch.cat([torch.stack([loss.detach().float(), norm]).double(), host_t.to(loss.device, non_blocking=True)])
         work = dist.all_reduce(stats, async_op=True) if self.rank.world_size > 1 else None
-        self._pending = _Pending(step, epoch, stats, work, elapsed, steps, lr, grad_norm is not None, time.time(), width)
+        ready = None
+        if loss.is_cuda:
+            # Off the critical path: NCCL's wait() only orders the GPU's stream (the host goes on), and the values
+            # come back through pinned memory behind an event, so flush() waits for this step's values alone. A
+            # .tolist() there would wait for every step queued after this one, leaving the GPU idle until the
+            # host had queued new work.
+            if work is not None:
+                work.wait()
+                stats[:2] /= self.rank.world_size
+                work = None
+            stats = _to_pinned(stats)
+            ready = torch.cuda.Event()
+            ready.record()
+        self._pending = _Pending(step, epoch, stats, work, elapsed, steps, lr, grad_norm is not None, time.time(), width, ready)
         self.reset_window(step)
 
     def flush(self) -> None:
@@ -130,7 +155,9 @@ class MetricsReporter:
         p, self._pending = self._pending, None
         if p is None:
             return
-        if p.work is not None:
+        if p.ready is not None:
+            p.ready.synchronize()  # the GPU is steps past this one by now: no wait in practice
+        elif p.work is not None:
             p.work.wait()
             p.stats[:2] /= self.rank.world_size  # the grad norm is already global; averaging equal values keeps it
         loss_v, norm_v, self.agreed_step_time, *sampled = p.stats.tolist()  # the one host sync of a log step

@@ -71,8 +71,11 @@ def apply_ddp(model: nn.Module, rank: RankInfo, spec: JobSpec) -> Parallelized:
         find_unused_parameters=opts.find_unused_parameters,
         static_graph=opts.static_graph,
     )
-    precision = spec.train.precision
-    return Parallelized(ddp, "ddp", None if precision == "fp32" else _DTYPES[precision])
+    return Parallelized(ddp, "ddp", _autocast_dtype(spec.train.precision))
+
+
+def _autocast_dtype(precision: str) -> torch.dtype | None:
+    return None if precision == "fp32" else _DTYPES[precision]
 
 
 def _fsdp_mesh(rank: RankInfo, hsdp: bool):
@@ -143,6 +146,15 @@ def apply_compile(model: nn.Module) -> None:
     _replace_blocks(model, torch.compile)
 
 
+def compile_enabled(spec: JobSpec, device: torch.device) -> bool:
+    """``train.compile``, or where unset: on CUDA (a GPT-2-small step ran 11% of the H100's peak eager, its
+    host launching kernels slower than the GPU ran them: docs/BENCHMARKS.md, "On a GPU"), off on the CPU
+    (compiling costs more than the step saves there). Pipeline and tensor parallelism do not compile yet."""
+    if spec.train.compile is not None:
+        return spec.train.compile
+    return device.type == "cuda" and spec.parallel.pipeline is None and spec.parallel.tensor == 1
+
+
 def parallelize(model: nn.Module, rank: RankInfo, spec: JobSpec, task: str = "classification") -> Parallelized:
     """Activation checkpointing, then compile, then DDP or FSDP2 (the order torchtitan uses); or, for a pipeline
     or tensor-parallel job, the 2-D layout of trainer/model_parallel/."""
@@ -154,9 +166,18 @@ def parallelize(model: nn.Module, rank: RankInfo, spec: JobSpec, task: str = "cl
         return Parallelized(autocast_dtype=None if precision == "fp32" else _DTYPES[precision], **parts)
     if spec.train.activation_checkpointing:
         apply_activation_checkpointing(model)
-    if spec.train.compile:
+    compiled = compile_enabled(spec, rank.device)
+    alone = spec.parallel.strategy == "ddp" and rank.world_size == 1
+    if compiled and not alone:
         apply_compile(model)
-    if spec.parallel.strategy == "fsdp":
+    if alone:
+        # One rank has no gradients to average: DDP would only add its hooks and a bucket copy per step. And
+        # with no hooks to keep between blocks, the whole model compiles as one graph, whose host cost per step
+        # is a fraction of twelve blocks' (docs/BENCHMARKS.md, "On a GPU"). Checkpoints are the same: DCP's
+        # state dicts drop both wrappers' prefixes.
+        model = maybe_sync_batchnorm(model, rank).to(rank.device)
+        wrapped = Parallelized(torch.compile(model) if compiled else model, "ddp", _autocast_dtype(spec.train.precision))
+    elif spec.parallel.strategy == "fsdp":
         if not spec.parallel.fsdp.cpu_offload:
             model.to(rank.device)
         wrapped = apply_fsdp(model, rank, spec)

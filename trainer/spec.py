@@ -140,7 +140,8 @@ class TrainSpec(_Strict):
     precision: Literal["fp32", "bf16", "fp16"] = Field("fp32", description="fp16 uses a gradient scaler.")
     grad_clip: float | None = Field(1.0, gt=0.0, le=1e6, description="Max global gradient norm; null disables clipping.")
     activation_checkpointing: bool = Field(False, description="Recompute block activations in backward.")
-    compile: bool = Field(False, description="torch.compile the model.")
+    compile: bool | None = Field(None, description="torch.compile the model's blocks and the loss. Unset: on for CUDA jobs without "
+                                                   "pipeline or tensor parallelism, off on the CPU.")
     auto_micro_batch: bool = Field(
         False, description="An attempt that runs out of memory is retried with half the micro-batch and twice grad_accum_steps "
                            "(same global batch, same loss curve); the job's adjustments say so.",

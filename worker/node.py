@@ -150,7 +150,8 @@ class Follower:
             log.error("job %s node %d: %s", job.id, self.rank, exc, extra=self.extra)
             return "not started"  # node 0's rendezvous times out without this node and fails the attempt
         request = LaunchRequest(job_id=job.id, attempt=job.attempt, run_dir=Path(job.run_dir or ""), spec=spec,
-                                resume_from=job.resume_from, node=node, secrets=secrets, gpus=gpus, identity=identity)
+                                resume_from=job.resume_from, node=node, secrets=secrets, gpus=gpus, identity=identity,
+                                owner=job.owner)
         try:
             launch = self.executor.start(request)
         except LaunchError as exc:

@@ -220,7 +220,7 @@ class Supervisor(Verdicts):
                           "publishing the rendezvous endpoint")
             log.info("job %s attempt %d: gang of %d meets at %s", job.id, job.attempt, self.gang.nnodes, endpoint, extra=self.log_extra)
         request = LaunchRequest(job_id=job.id, attempt=job.attempt, run_dir=run_dir, spec=spec, resume_from=job.resume_from,
-                                node=node, identity=self.identity, gpus=self._gpus())
+                                node=node, identity=self.identity, gpus=self._gpus(), owner=job.owner)
         engine_attempts.stop_earlier(self.session, self.executor, request, self.settings.stop_grace_s,
                                      on_wait=lambda: self.lease.heartbeat(job.attempt))
         try:

@@ -193,3 +193,22 @@ def test_examples_are_valid_specs() -> None:
             assert spec_from_dict(sweep.spec).name
         else:
             assert load_spec_file(f).name
+
+
+@pytest.mark.parametrize(("compile_", "device", "extra", "expected"), [
+    (None, "cuda", {}, True),  # unset: compiled on a GPU
+    (None, "cpu", {}, False),  # unset: eager on the CPU
+    (None, "cuda", {"tensor": 2}, False),  # model parallelism does not compile yet
+    (False, "cuda", {}, False),
+    (True, "cpu", {}, True),
+])
+def test_train_compile_unset_compiles_on_cuda_only(compile_: bool | None, device: str, extra: dict, expected: bool) -> None:
+    from trainer.parallel import compile_enabled
+    from trainer.spec import parse_spec
+
+    job = spec("c", model={"name": "gpt", "args": {"n_layer": 2, "n_head": 2, "n_embd": 16, "block_size": 16}},
+               data={"name": "synthetic-lm", "args": {"samples": 64, "vocab_size": 32, "seq_len": 16}}, nproc=2)
+    if compile_ is not None:
+        job["train"]["compile"] = compile_
+    job["parallel"].update(extra, device=device)
+    assert compile_enabled(parse_spec(job), torch.device(device)) is expected

@@ -79,6 +79,8 @@ class LaunchRequest:
     identity: JobIdentity | None = None
     # The placement's physical GPU indices on this host (CUDA_VISIBLE_DEVICES); None: not placed on GPUs.
     gpus: tuple[int, ...] | None = None
+    # The job's owner: whose compile caches the ranks use (worker/compile_cache.py).
+    owner: str = ""
 
     @property
     def log_dir(self) -> Path:

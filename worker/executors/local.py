@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from jobs.settings import Settings
 from worker import processes
+from worker.compile_cache import compile_cache_env
 from worker.executors.base import LAUNCHER_LOG, Launch, LaunchError, LaunchRequest, Phase, RankState
 from worker.launch import start_dir, torchrun_command, torchrun_env
 
@@ -41,6 +42,8 @@ class LocalExecutor:
         launcher_log = request.log_dir / (LAUNCHER_LOG if node == 0 else f"launcher-node-{node}.log")
         if request.identity is not None:
             env["HOME"] = str(request.run_dir.resolve())  # the worker's home is not the job's
+        # After the job's env (which may not name these): the owner's own compile caches on this host.
+        env.update(compile_cache_env(self.settings, request.owner, request.identity, request.run_dir))
         try:
             proc = processes.spawn(command, env, cwd=start_dir(request.spec, request.run_dir, self.settings), log_path=launcher_log,
                                    identity=request.identity)
