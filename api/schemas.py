@@ -115,6 +115,8 @@ class AttemptOut(BaseModel):
     error_type: str | None
     resumed_from_step: int | None
     placement: list[dict[str, Any]] | None = Field(None, description="Where this attempt ran: [{node_rank, host, gpus, cpu_slots}].")
+    note: str | None = Field(None, description="What to know about how it started, e.g. 'resume_args not applied: no "
+                                               "checkpoint found under out/*.pt'.")
 
 
 class TransitionOut(BaseModel):

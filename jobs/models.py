@@ -221,6 +221,7 @@ class Attempt(SQLModel, table=True):
     error_type: str | None = Field(default=None, max_length=32)
     resumed_from_step: int | None = None
     placement: list[dict[str, Any]] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
+    note: str | None = Field(default=None, sa_column=Column(sa.Text, nullable=True))  # how it started, for the user
 
 
 class MetricPoint(SQLModel, table=True):

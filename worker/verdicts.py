@@ -116,6 +116,17 @@ class Verdicts:
         self.lease.db(record, "recording the attempt")
         mlflow_runs.settle(Path(job.run_dir or ""), outcome_name, self.settings.mlflow_tracking_uri)
 
+    def _note_attempt(self, job: Job, note: str) -> None:
+        """What the user should know about how this attempt started, on its record from the start."""
+
+        def record() -> None:
+            holds = sa.exists().where(Job.id == self.job_id, *self.lease.fence())
+            self.session.exec(  # type: ignore[call-overload]
+                sa.update(Attempt).where(Attempt.job_id == job.id, Attempt.attempt == job.attempt, holds).values(note=note))
+            self.session.commit()
+
+        self.lease.db(record, "noting the attempt")
+
     def _transition(self, to: Status, *, expect: list[Status], reason: str, values: dict[str, object] | None) -> Job:
         return self.lease.db(lambda: transition(self.session, self.job_id, to, expect=expect, reason=reason, values=values,
                                            guard=self.lease.fence()),
