@@ -12,6 +12,12 @@ from hypothesis import strategies as st
 from tests.helpers import Services
 from worker.outcome import NO_CUDA_ADVICE, last_error, no_cuda_message
 
+
+@pytest.fixture
+def database_url(sqlite_url: str) -> str:
+    return sqlite_url
+
+
 NO_CUDA = [
     "AttributeError: module 'torch._C' has no attribute '_cuda_setDevice'",
     "AttributeError: module 'torch._C' has no attribute '_cuda_getDeviceCount'",
