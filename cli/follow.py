@@ -55,6 +55,8 @@ class FollowState:
     values: dict[str, float] = field(default_factory=dict)
     checkpoints: int = 0
     rate: RateEstimator = field(default_factory=RateEstimator)
+    last_seen: int | None = None  # the step of the last metric event this stream sent
+    resumed: str | None = None  # set by a metric event whose step goes back (a requeued job resumed), until shown
 
     def apply(self, event: object) -> None:
         if isinstance(event, StatusEvent):
@@ -63,7 +65,9 @@ class FollowState:
             if isinstance(extra.get("total_steps"), int):
                 self.total = extra["total_steps"]  # the trainer's own count beats our estimate from the spec
         elif isinstance(event, MetricEvent):
-            self.step = event.step  # may go back when a retry resumes from an earlier checkpoint
+            if self.last_seen is not None and event.step < self.last_seen:
+                self.resumed = f"resumed from a checkpoint: step {event.step} after step {self.last_seen}"
+            self.step = self.last_seen = event.step  # may go back when a retry resumes from an earlier checkpoint
             self.values.update(event.values)
             # The trainer's own timestamp: events polled in a batch arrive at once, but were made apart.
             self.rate.add(event.step, event.time)
@@ -119,6 +123,9 @@ def _follow_lines(client: Client, state: FollowState, console: Console, every_s:
     for event in client.stream(job_id):
         before = state.status
         state.apply(event)
+        if state.resumed:
+            out(state.resumed)
+            state.resumed = None
         if isinstance(event, MetricEvent):
             now = time.monotonic()
             if now - last_print >= every_s or any(name.startswith("eval/") for name in event.values):
@@ -157,6 +164,9 @@ def _follow_bar(client: Client, state: FollowState, console: Console) -> None:
         for event in client.stream(state.job.id):
             before = state.status
             state.apply(event)
+            if state.resumed:
+                progress.console.print(f"[dim]{state.resumed}[/]", highlight=False)
+                state.resumed = None
             if isinstance(event, StatusEvent) and event.status != before:
                 reason = f" ({event.reason})" if event.reason else ""
                 progress.console.print(status_markup(event.status), f"[dim]{reason}[/]" if reason else "")
