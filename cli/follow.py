@@ -12,6 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 
 from cli.render import fmt_duration, fmt_metric, status_markup
 from client import CheckpointEvent, Client, EndEvent, Job, MetricEvent, StatusEvent
+from client.metric_names import shown
 
 THROUGHPUT = ("train/samples_per_s", "train/tokens_per_s")
 
@@ -90,10 +91,10 @@ class FollowState:
         return fmt_duration(eta) if eta is not None else "-"
 
     def summary(self) -> str:
-        loss = fmt_metric(self.values.get("train/loss"))
+        loss = fmt_metric(shown(self.values, "train/loss"))
         parts = [f"step {self.step}/{self.total or '?'}", f"loss {loss}", self.throughput, f"ETA {self.eta}"]
-        if "eval/loss" in self.values:
-            parts.insert(2, f"eval_loss {fmt_metric(self.values['eval/loss'])}")
+        if (eval_loss := shown(self.values, "eval/loss")) is not None:
+            parts.insert(2, f"eval_loss {fmt_metric(eval_loss)}")
         if "eval/accuracy" in self.values:
             parts.insert(3, f"eval_acc {fmt_metric(self.values['eval/accuracy'])}")
         return "  ".join(parts)
@@ -128,7 +129,7 @@ def _follow_lines(client: Client, state: FollowState, console: Console, every_s:
             state.resumed = None
         if isinstance(event, MetricEvent):
             now = time.monotonic()
-            if now - last_print >= every_s or any(name.startswith("eval/") for name in event.values):
+            if now - last_print >= every_s or any(name.startswith("eval/") or name == "val_loss" for name in event.values):
                 out(state.summary())
                 last_print, pending = now, False
             else:
@@ -173,4 +174,4 @@ def _follow_bar(client: Client, state: FollowState, console: Console) -> None:
             elif isinstance(event, CheckpointEvent):
                 progress.console.print(f"[dim]checkpoint step {event.step}: {event.path}[/]", highlight=False)
             progress.update(task, total=state.total, completed=state.step, status=status_markup(state.status),
-                            loss=fmt_metric(state.values.get("train/loss")), throughput=state.throughput, eta=state.eta)
+                            loss=fmt_metric(shown(state.values, "train/loss")), throughput=state.throughput, eta=state.eta)
