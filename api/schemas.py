@@ -113,8 +113,12 @@ class AttemptOut(BaseModel):
     outcome: str | None = Field(description="succeeded, failed, cancelled, preempted; null while it runs.")
     exit_code: int | None
     error_type: str | None
+    error_message: str | None = Field(None, description="What ended this attempt, when it failed or was lost; kept once "
+                                                        "the job goes on (a job that succeeds has no top-level error).")
     resumed_from_step: int | None
     placement: list[dict[str, Any]] | None = Field(None, description="Where this attempt ran: [{node_rank, host, gpus, cpu_slots}].")
+    note: str | None = Field(None, description="What to know about how it started, e.g. 'resume_args not applied: no "
+                                               "checkpoint found under out/*.pt'.")
 
 
 class TransitionOut(BaseModel):

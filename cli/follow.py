@@ -12,6 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 
 from cli.render import fmt_duration, fmt_metric, status_markup
 from client import CheckpointEvent, Client, EndEvent, Job, MetricEvent, StatusEvent
+from client.metric_names import shown
 
 THROUGHPUT = ("train/samples_per_s", "train/tokens_per_s")
 
@@ -55,6 +56,8 @@ class FollowState:
     values: dict[str, float] = field(default_factory=dict)
     checkpoints: int = 0
     rate: RateEstimator = field(default_factory=RateEstimator)
+    last_seen: int | None = None  # the step of the last metric event this stream sent
+    resumed: str | None = None  # set by a metric event whose step goes back (a requeued job resumed), until shown
 
     def apply(self, event: object) -> None:
         if isinstance(event, StatusEvent):
@@ -63,7 +66,9 @@ class FollowState:
             if isinstance(extra.get("total_steps"), int):
                 self.total = extra["total_steps"]  # the trainer's own count beats our estimate from the spec
         elif isinstance(event, MetricEvent):
-            self.step = event.step  # may go back when a retry resumes from an earlier checkpoint
+            if self.last_seen is not None and event.step < self.last_seen:
+                self.resumed = f"resumed from a checkpoint: step {event.step} after step {self.last_seen}"
+            self.step = self.last_seen = event.step  # may go back when a retry resumes from an earlier checkpoint
             self.values.update(event.values)
             # The trainer's own timestamp: events polled in a batch arrive at once, but were made apart.
             self.rate.add(event.step, event.time)
@@ -86,10 +91,10 @@ class FollowState:
         return fmt_duration(eta) if eta is not None else "-"
 
     def summary(self) -> str:
-        loss = fmt_metric(self.values.get("train/loss"))
+        loss = fmt_metric(shown(self.values, "train/loss"))
         parts = [f"step {self.step}/{self.total or '?'}", f"loss {loss}", self.throughput, f"ETA {self.eta}"]
-        if "eval/loss" in self.values:
-            parts.insert(2, f"eval_loss {fmt_metric(self.values['eval/loss'])}")
+        if (eval_loss := shown(self.values, "eval/loss")) is not None:
+            parts.insert(2, f"eval_loss {fmt_metric(eval_loss)}")
         if "eval/accuracy" in self.values:
             parts.insert(3, f"eval_acc {fmt_metric(self.values['eval/accuracy'])}")
         return "  ".join(parts)
@@ -119,9 +124,12 @@ def _follow_lines(client: Client, state: FollowState, console: Console, every_s:
     for event in client.stream(job_id):
         before = state.status
         state.apply(event)
+        if state.resumed:
+            out(state.resumed)
+            state.resumed = None
         if isinstance(event, MetricEvent):
             now = time.monotonic()
-            if now - last_print >= every_s or any(name.startswith("eval/") for name in event.values):
+            if now - last_print >= every_s or any(name.startswith("eval/") or name == "val_loss" for name in event.values):
                 out(state.summary())
                 last_print, pending = now, False
             else:
@@ -157,10 +165,13 @@ def _follow_bar(client: Client, state: FollowState, console: Console) -> None:
         for event in client.stream(state.job.id):
             before = state.status
             state.apply(event)
+            if state.resumed:
+                progress.console.print(f"[dim]{state.resumed}[/]", highlight=False)
+                state.resumed = None
             if isinstance(event, StatusEvent) and event.status != before:
                 reason = f" ({event.reason})" if event.reason else ""
                 progress.console.print(status_markup(event.status), f"[dim]{reason}[/]" if reason else "")
             elif isinstance(event, CheckpointEvent):
                 progress.console.print(f"[dim]checkpoint step {event.step}: {event.path}[/]", highlight=False)
             progress.update(task, total=state.total, completed=state.step, status=status_markup(state.status),
-                            loss=fmt_metric(state.values.get("train/loss")), throughput=state.throughput, eta=state.eta)
+                            loss=fmt_metric(shown(state.values, "train/loss")), throughput=state.throughput, eta=state.eta)

@@ -12,6 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from client import Checkpoint, Job, MetricPoint
+from client.metric_names import shown
 
 PER_RANK = re.compile(r"^sys/rank\d+/")
 # Metrics in bytes and in percent, shown as the dashboard shows them ("337.7 MiB", "12.5%").
@@ -98,7 +99,7 @@ def jobs_table(jobs: list[Job]) -> Table:
     for job in jobs:
         table.add_row(
             job.id, Text(job.name), status_markup(job.status), str(job.priority), progress_cell(job),
-            fmt_metric(job.latest_metrics.get("train/loss")),
+            fmt_metric(shown(job.latest_metrics, "train/loss")),
             f"{job.attempt}/{job.max_attempts}" if job.max_attempts else str(job.attempt), fmt_age(job.created_at), duration(job),
         )
     return table

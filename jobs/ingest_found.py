@@ -3,8 +3,9 @@
 These rows do not come from events.jsonl, so they have no seq of the SDK's. They get seqs of their
 own, counted from FOUND_BASE upwards (far above any seq a trainer writes), so the event feed sends
 them in order and the SDK's high-water mark (``jobs.last_seq``) is never moved by them. Metric points
-are keyed by (job, name, step) and checkpoints by (job, step), as the SDK's: storing a point again
-(a new attempt reads the files from their start) overwrites it.
+are keyed by (job, name, step) and checkpoints by (job, step), as the SDK's. A new attempt reads the
+files from their start: a point stored already with the same value is left alone (no new seq, so a
+follower sees the resume, not the history again); one with another value (the resumed run's) overwrites it.
 """
 
 from __future__ import annotations
@@ -50,10 +51,23 @@ def last_found_seq(session: Session, job_id: str) -> int:
     return high
 
 
+def _changed(session: Session, job_id: str, points: Sequence[FoundPoint]) -> list[FoundPoint]:
+    """``points`` less those stored already with the same value (a new attempt reading the files again)."""
+    if not points:
+        return []
+    steps = [p.step for p in points]
+    stored = session.exec(sa.select(MetricPoint.name, MetricPoint.step, MetricPoint.value).where(  # type: ignore[call-overload]
+        MetricPoint.job_id == job_id, MetricPoint.step >= min(steps), MetricPoint.step <= max(steps),  # type: ignore[arg-type]
+        MetricPoint.name.in_({p.name for p in points})))  # type: ignore[attr-defined]
+    have = {(name, step): value for name, step, value in stored}
+    return [p for p in points if have.get((p.name, p.step)) != p.value]
+
+
 def ingest_found(session: Session, job_id: str, after_seq: int, points: Sequence[FoundPoint],
                  checkpoints: Sequence[FoundCheckpoint] = (), guard: list[Any] | None = None) -> int:
     """Store ``points`` and ``checkpoints`` with seqs after ``after_seq``; returns the last seq used. Commits.
     One seq per step, so the feed sends one metric message per step. Fenced as ``ingest_events``."""
+    points = _changed(session, job_id, points)
     if not points and not checkpoints:
         return after_seq
     job = session.get(Job, job_id, populate_existing=True)

@@ -220,8 +220,10 @@ class Attempt(SQLModel, table=True):
     outcome: str | None = Field(default=None, max_length=16)
     exit_code: int | None = None
     error_type: str | None = Field(default=None, max_length=32)
+    error_message: str | None = Field(default=None, sa_column=Column(sa.Text, nullable=True))  # what ended it
     resumed_from_step: int | None = None
     placement: list[dict[str, Any]] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
+    note: str | None = Field(default=None, sa_column=Column(sa.Text, nullable=True))  # how it started, for the user
 
 
 class MetricPoint(SQLModel, table=True):

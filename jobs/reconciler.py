@@ -92,7 +92,7 @@ def _recover_one(session: Session, redis: Redis, report: Report, max_worker_loss
         _requeue_unstarted(session, report, job_id, status, worker, attempt)
         return
     lost = lost or f"worker {worker} stopped heart-beating (lease expired)"
-    _close_attempt(session, job_id, attempt)
+    _close_attempt(session, job_id, attempt, lost)
     # Every transition also names the attempt it recovers: had a supervisor requeued it meanwhile and
     # another claimed it, the job would be running again under a fresh lease, and must stay so.
     guard = [Job.attempt == attempt]
@@ -123,10 +123,11 @@ def worker_losses(session: Session, job_id: str) -> int:
     return session.exec(query).scalar_one()  # type: ignore[call-overload]
 
 
-def _close_attempt(session: Session, job_id: str, attempt: int) -> None:
+def _close_attempt(session: Session, job_id: str, attempt: int, lost: str) -> None:
     row = session.get(Attempt, (job_id, attempt))
     if row is not None and row.finished_at is None:
         row.finished_at, row.outcome, row.error_type = utcnow(), "lost", ErrorType.WORKER_LOST.value
+        row.error_message = lost
         session.add(row)
         session.commit()
 

@@ -38,6 +38,9 @@ class TransitionRefused(Exception):
         super().__init__(f"job {job_id} is {current or 'missing'}; cannot become {to.value}")
 
 
+_ERROR_COLUMNS = ("error_type", "error_message", "error_traceback", "error_log_tail", "exit_code")
+
+
 def transition(
     session: Session,
     job_id: str,
@@ -72,6 +75,9 @@ def transition(
         update = sa.update(Job).where(*where, Job.status == current).values(status=to.value, updated_at=now, **(values or {}))
         if to in (Status.SUCCEEDED, Status.FAILED, Status.CANCELLED):
             update = update.values(finished_at=now, lease_expires_at=None)
+        if to is Status.SUCCEEDED:
+            # What failed earlier attempts stays on their records (job_attempts.error_message), not on a job that succeeded.
+            update = update.values(**{k: None for k in _ERROR_COLUMNS if k not in (values or {})})
         elif to is Status.QUEUED and "placement" not in (values or {}):
             update = update.values(placement=None)  # back in line: the next attempt gets a placement of its own
         result = session.exec(update)  # type: ignore[call-overload]

@@ -1,12 +1,15 @@
 """Checkpoints the frameworks write by themselves, found in a job's directory.
 
 - Lightning: ``*.ckpt`` files (``epoch=3-step=400.ckpt``, ``last.ckpt``); the step from ``step=N`` in the
-  name, else the file's own ``global_step``.
+  name, else the file's own ``global_step`` (worker/step_inside.py).
 - Hugging Face Trainer: ``checkpoint-N/`` directories; complete once ``trainer_state.json`` is there (the
   Trainer writes it last), the step its ``global_step``.
 - Accelerate ``save_state``: a directory with ``random_states_0.pkl`` beside the model or optimizer files
   (``checkpoint_N/`` under automatic naming); the step the directory name's number.
-- The spec's ``checkpoint.discover`` globs (``out/*.pt``): files or directories; the step the last number in the name.
+- The spec's ``checkpoint.discover`` globs (``out/*.pt``), matched in the script's working directory (where it
+  runs and writes ``out/ckpt.pt``): files or directories; the step the last number in the name, else for a
+  file the ``global_step``, ``iter_num``, ``step`` or ``epoch`` inside it (worker/step_inside.py), else none:
+  such a checkpoint is ordered by when it was written.
 
 Only complete ones count: nothing in them modified for SETTLE_S, newer than the job (an uploaded
 pretrained file is not the job's checkpoint), and a file ``torch.save`` wrote has its zip end record (a
@@ -24,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from jobs.bundles import CODE_DIR_NAME
+from worker import step_inside
 
 log = logging.getLogger(__name__)
 
@@ -93,30 +97,6 @@ def _hf_step(path: Path) -> int | None:
     return step if isinstance(step, int) and step >= 0 else None
 
 
-_ckpt_steps: dict[tuple[str, float, int], int | None] = {}
-
-
-def lightning_step(path: Path) -> int | None:
-    """``global_step`` inside a Lightning checkpoint, read memory-mapped with weights_only (no code runs); cached."""
-    try:
-        st = path.stat()
-    except OSError:
-        return None
-    key = (str(path), st.st_mtime, st.st_size)
-    if key not in _ckpt_steps:
-        step = None
-        try:
-            import torch
-
-            data = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-            value = data.get("global_step") if isinstance(data, dict) else None
-            step = value if isinstance(value, int) and value >= 0 else None
-        except Exception as exc:  # noqa: BLE001 - any unreadable file just has no known step
-            log.debug("no global_step in %s: %s", path, exc)
-        _ckpt_steps[key] = step
-    return _ckpt_steps[key]
-
-
 def _classify_dir(path: Path, names: set[str]) -> str | None:
     if _HF_DIR.match(path.name) and "trainer_state.json" in names:
         return "huggingface"
@@ -153,6 +133,7 @@ def _walk(root: Path) -> list[tuple[Path, str]]:
 
 
 def _globbed(root: Path, patterns: list[str]) -> list[tuple[Path, str]]:
+    """What ``patterns`` match relative to ``root`` (the script's working directory), never outside it."""
     real_root = root.resolve()
     found = []
     for pattern in patterns:
@@ -165,10 +146,13 @@ def _globbed(root: Path, patterns: list[str]) -> list[tuple[Path, str]]:
     return found
 
 
-def discover(root: Path, patterns: list[str], now: float, since: float = 0.0, settle_s: float = SETTLE_S) -> list[FoundCkpt]:
-    """Complete checkpoints under ``root``, oldest first; ``since``: only those written after it (the job's start)."""
+def discover(root: Path, patterns: list[str], now: float, since: float = 0.0, settle_s: float = SETTLE_S,
+             glob_root: Path | None = None, wait: bool = True) -> list[FoundCkpt]:
+    """Complete checkpoints under ``root``, oldest first; ``since``: only those written after it (the job's start).
+    ``patterns`` are matched relative to ``glob_root`` (default ``root``). A file whose step is still being read
+    from inside is left for a later scan unless ``wait``."""
     seen: dict[Path, FoundCkpt] = {}
-    for path, kind in [*_walk(root), *_globbed(root, patterns)]:
+    for path, kind in [*_walk(root), *_globbed(glob_root or root, patterns)]:
         if path in seen:
             continue
         newest = _newest(path)
@@ -182,8 +166,11 @@ def discover(root: Path, patterns: list[str], now: float, since: float = 0.0, se
             if path.is_file() and not whole_zip(path):
                 continue
             step = step_from_name(path.name, kind)
-            if step is None and kind == "lightning":
-                step = lightning_step(path)
+            if step is None and path.is_file():
+                inside = step_inside.READER.step(path, wait=wait)
+                if inside is step_inside.PENDING:
+                    continue
+                step = inside if isinstance(inside, int) else None
         seen[path] = FoundCkpt(path, kind, step, newest)
     return sorted(seen.values(), key=lambda c: (c.mtime, c.step if c.step is not None else -1))
 

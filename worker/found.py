@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -15,9 +16,10 @@ from typing import Any, TypeVar
 from sqlmodel import Session
 
 from jobs.ingest_found import FoundCheckpoint, FoundPoint, ingest_found, last_found_seq
+from jobs.settings import Settings
 from trainer.resume_args import render
 from trainer.spec import AnySpec, ScriptJobSpec
-from worker import checkpoints_found
+from worker import checkpoints_found, step_inside, workdir
 from worker.tb_tail import RESCAN_S, TensorBoardTail
 
 log = logging.getLogger(__name__)
@@ -27,8 +29,11 @@ T = TypeVar("T")
 
 class Found:
     def __init__(self, run_dir: Path, patterns: list[str] | None = None, since: float = 0.0, rescan_s: float = RESCAN_S,
-                 enabled: bool = True):
+                 enabled: bool = True, glob_root: Callable[[], Path] | None = None):
         self.run_dir = run_dir
+        # Where the script runs, so where its checkpoint.discover globs are matched: asked at each scan, since the
+        # working directory is made after the attempt starts (worker/workdir.py).
+        self.glob_root = glob_root or (lambda: run_dir)
         self.enabled = enabled
         self.patterns = patterns or []
         self.since = since  # checkpoints older than the job are not its own
@@ -38,11 +43,13 @@ class Found:
         self.stored: dict[Path, tuple[float, int | None]] = {}  # checkpoints stored: their mtime and step
         self._next_scan = 0.0
 
-    def checkpoints(self, settled: bool = False) -> list[checkpoints_found.FoundCkpt]:
+    def checkpoints(self, settled: bool = False, wait: bool = False) -> list[checkpoints_found.FoundCkpt]:
         """Complete checkpoints in the run directory now, oldest first. ``settled``: the ranks have ended, so nothing
-        is still being written and a file saved in their last second counts (a cut-off torch.save file still does not)."""
+        is still being written and a file saved in their last second counts (a cut-off torch.save file still does not).
+        ``wait``: a file whose step is being read from inside is waited for, not left to the next scan."""
         settle_s = 0.0 if settled else checkpoints_found.SETTLE_S
-        return checkpoints_found.discover(self.run_dir, self.patterns, time.time(), self.since, settle_s=settle_s)
+        return checkpoints_found.discover(self.run_dir, self.patterns, time.time(), self.since, settle_s=settle_s,
+                                          glob_root=self.glob_root(), wait=wait or settled)
 
     def _new_checkpoints(self, final: bool) -> dict[Path, FoundCheckpoint]:
         now = time.monotonic()
@@ -59,6 +66,8 @@ class Found:
                 details["weights"] = relative  # the file itself downloads as the checkpoint's weights
             # An unknown step is stored at the job's step when it was found (jobs/ingest_found.py).
             fresh[c.path] = FoundCheckpoint(c.step if c.step is not None else -1, relative, c.mtime, details)
+        if step_inside.READER.busy():
+            self._next_scan = now  # a step is being read from inside a file: list it as soon as it is known
         return fresh
 
     def ingest(self, session: Session, job_id: str, guard: list[Any], db: Callable[[Callable[[], T], str], T],
@@ -89,26 +98,45 @@ class Found:
         return stored
 
 
-def resume_arguments(spec: AnySpec, found: Found, resumes: bool, inherited: str | None) -> tuple[AnySpec, int | None]:
+@dataclass(frozen=True)
+class Resume:
+    """What a resuming attempt of a script runs: its spec (``resume_args`` appended when a checkpoint exists), the
+    step it resumes from when known, and, when its ``resume_args`` could not be applied, why, in a user's words."""
+
+    spec: AnySpec
+    step: int | None = None
+    note: str | None = None
+
+
+def not_applied(patterns: list[str]) -> str:
+    """What a user reads on an attempt that resumed without its resume_args (pure)."""
+    where = ", ".join(patterns) if patterns else "the Lightning, Hugging Face and Accelerate layouts"
+    hint = "" if patterns else " (name your own with checkpoint.discover)"
+    return f"resume_args not applied: no checkpoint found under {where}{hint}"
+
+
+def resume_arguments(spec: AnySpec, found: Found, resumes: bool, inherited: str | None) -> Resume:
     """The spec this attempt runs: a script's ``resume_args`` appended to its args when the attempt resumes and a
     checkpoint exists (the latest complete one in the run directory, else ``inherited``, a retried job's), with the
     step it resumes from when known."""
     if not isinstance(spec, ScriptJobSpec) or not spec.resume_args or not resumes:
-        return spec, None
-    latest = checkpoints_found.latest(found.checkpoints())
+        return Resume(spec)
+    latest = checkpoints_found.latest(found.checkpoints(wait=True))
     if latest is not None:
         where, step = str(latest.path.resolve()), latest.step
     elif inherited:
         where, step = inherited, None
     else:
-        log.info("run %s resumes but holds no complete checkpoint: resume_args left out", found.run_dir)
-        return spec, None
+        note = not_applied(found.patterns)
+        log.info("run %s: %s", found.run_dir, note)
+        return Resume(spec, note=note)
     log.info("run %s resumes from %s (step %s)", found.run_dir, where, step)
-    return spec.model_copy(update={"args": [*spec.args, *render(spec.resume_args, where)]}), step
+    return Resume(spec.model_copy(update={"args": [*spec.args, *render(spec.resume_args, where)]}), step)
 
 
-def found_in_run(run_dir: Path, spec: AnySpec, created_at: datetime) -> Found:
+def found_in_run(settings: Settings, run_dir: Path, spec: AnySpec, created_at: datetime) -> Found:
     """What the worker looks for in this job's run directory: nothing for a catalog job (its trainer reports everything)."""
     if not isinstance(spec, ScriptJobSpec):
         return Found(run_dir, enabled=False)
-    return Found(run_dir, spec.checkpoint.discover, since=created_at.timestamp() - 1)
+    return Found(run_dir, spec.checkpoint.discover, since=created_at.timestamp() - 1,
+                 glob_root=lambda: workdir.working_dir(settings, spec, run_dir))

@@ -71,6 +71,42 @@ def classify(exit_code: int | None, message: str | None, log_text: str) -> Error
     return ErrorType.TRAINING
 
 
+# torch's own words for "this process has no CUDA": a CPU build of torch (the first two), a build with CUDA on a
+# host without a driver or a visible GPU (the rest). A device fault on a host that has CUDA ("CUDA error:
+# uncorrectable ECC error", "CUDA error: an illegal memory access") is none of these and is never rewritten.
+_NO_CUDA = re.compile(
+    r"module 'torch\._C' has no attribute '_cuda_\w+'"
+    r"|Torch not compiled with CUDA enabled"
+    r"|No CUDA GPUs are available"
+    r"|Found no NVIDIA driver on your system"
+    r"|no CUDA-capable device is detected"
+    r"|ProcessGroupNCCL is only supported with GPUs, no GPUs found"
+    r"|torch\.cuda\.is_available\(\) is False",
+    re.IGNORECASE,
+)
+NO_CUDA_ADVICE = ("the script needs CUDA, but the host it ran on has none (no CUDA GPU, or a CPU build of torch); "
+                  "to run it on a GPU host, ask for GPUs with `parallel.device: cuda` (or `parallel.nproc_per_node: gpu`, "
+                  "one rank per GPU) in the job spec; the error was:")
+
+
+def last_error(log_text: str) -> str:
+    """The last traceback of a log and what follows it, else its last lines: the error, not the warnings before it
+    (torch warns "Found no NVIDIA driver" at a mere is_available(), which fails nothing)."""
+    start = log_text.rfind("Traceback (most recent call last)")
+    return log_text[start:] if start >= 0 else "\n".join(log_text.splitlines()[-5:])
+
+
+def no_cuda_message(summary: str, error: str) -> str:
+    """``summary`` with what to do first when ``error`` (the rank's error, its traceback, the end of its log) is
+    torch saying the process has no CUDA; unchanged otherwise (pure). The raw error stays, under the advice."""
+    found = _NO_CUDA.search(error)
+    if found is None or summary.startswith(NO_CUDA_ADVICE):
+        return summary
+    # torch's own line, when the summary does not carry it (a plain script's summary is only its exit code)
+    line = error[error.rfind("\n", 0, found.start()) + 1:].split("\n", 1)[0].strip()
+    return f"{NO_CUDA_ADVICE}\n{summary}" + ("" if line in summary else f"\n{line}")
+
+
 def root_cause(launcher_text: str) -> tuple[int | None, Path | None]:
     """(global rank, directory of its logs) of the first failure torchrun observed."""
     match = _ROOT_CAUSE.search(launcher_text)
@@ -119,6 +155,7 @@ def failure(exit_code: int | None, error_file: Path, launcher_log: Path, default
         summary = f"rank {rank}: torchrun exited with code {exit_code}"
     else:
         summary = message or f"torchrun exited with code {exit_code}"
+    summary = no_cuda_message(summary, "\n".join(t for t in (message, traceback, last_error(log_tail)) if t))
     return Failure(type=kind, message=summary, traceback=traceback, exit_code=exit_code, log_tail=log_tail or None, rank=rank)
 
 

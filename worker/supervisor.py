@@ -193,7 +193,7 @@ class Supervisor(Verdicts):
             self.gang.stop_quietly()
             # Another attempt on this worker would fail the same way.
             return self._fail_or_retry(job, outcome.Failure(ErrorType.SPEC, str(exc), None, None), retry=False)
-        self.found = found_in_run(run_dir, spec, job.created_at)
+        self.found = found_in_run(self.settings, run_dir, spec, job.created_at)
         try:
             attempt_dir.prepare(run_dir, job.attempt, spec, job.resume_from)
             # the uploaded bundle and the requirements environment (worker/job_code.py)
@@ -210,7 +210,10 @@ class Supervisor(Verdicts):
             return self._disk_full(job, exc, run_dir)
         spec = devices.cpu_env(spec, self._gpu_count())
         # A resuming attempt of a script gets its resume_args with the latest checkpoint found (worker/found.py).
-        spec, self.resumed_step = resume_arguments(spec, self.found, job.attempt > 1 or bool(job.resume_from), job.resume_from)
+        resume = resume_arguments(spec, self.found, job.attempt > 1 or bool(job.resume_from), job.resume_from)
+        spec, self.resumed_step = resume.spec, resume.step
+        if resume.note:
+            self._note_attempt(job, resume.note)
         node: NodeLaunch | None = None
         if self.gang.nnodes > 1:
             # spec.json is written and the job row says running: once the endpoint is in SQL, the other nodes start.

@@ -99,7 +99,8 @@ class Verdicts:
         return self._fail_or_retry(job, outcome.Failure(verdict.error_type, verdict.message, None, state.exit_code,
                                                         log_tail or None), retry=verdict.retry)
 
-    def _record_attempt(self, job: Job, outcome_name: str, exit_code: int | None, error_type: str | None) -> None:
+    def _record_attempt(self, job: Job, outcome_name: str, exit_code: int | None, error_type: str | None,
+                        error_message: str | None = None) -> None:
         resumed = _resumed_from(self.tail.path)
         if resumed is None:
             resumed = self.resumed_step
@@ -110,11 +111,22 @@ class Verdicts:
             self.session.exec(  # type: ignore[call-overload]
                 sa.update(Attempt).where(Attempt.job_id == job.id, Attempt.attempt == job.attempt, holds)
                 .values(finished_at=utcnow(), outcome=outcome_name, exit_code=exit_code, error_type=error_type,
-                        resumed_from_step=resumed))
+                        error_message=error_message, resumed_from_step=resumed))
             self.session.commit()
 
         self.lease.db(record, "recording the attempt")
         mlflow_runs.settle(Path(job.run_dir or ""), outcome_name, self.settings.mlflow_tracking_uri)
+
+    def _note_attempt(self, job: Job, note: str) -> None:
+        """What the user should know about how this attempt started, on its record from the start."""
+
+        def record() -> None:
+            holds = sa.exists().where(Job.id == self.job_id, *self.lease.fence())
+            self.session.exec(  # type: ignore[call-overload]
+                sa.update(Attempt).where(Attempt.job_id == job.id, Attempt.attempt == job.attempt, holds).values(note=note))
+            self.session.commit()
+
+        self.lease.db(record, "noting the attempt")
 
     def _transition(self, to: Status, *, expect: list[Status], reason: str, values: dict[str, object] | None) -> Job:
         return self.lease.db(lambda: transition(self.session, self.job_id, to, expect=expect, reason=reason, values=values,
@@ -132,7 +144,8 @@ class Verdicts:
 
     def _requeue(self, job: Job, *, reason: str, outcome_name: str, consume_retry: bool,
                  exit_code: int | None, error: outcome.Failure | None = None, extra: dict[str, object] | None = None) -> str:
-        self._record_attempt(job, outcome_name, exit_code, error.type.value if error else ErrorType.PREEMPTED.value)
+        self._record_attempt(job, outcome_name, exit_code, error.type.value if error else ErrorType.PREEMPTED.value,
+                             error.message if error else reason)
         values: dict[str, object] = {
             "attempt": Job.attempt + 1, "worker_id": None, "lease_expires_at": None, "exit_code": exit_code, **(extra or {}),
         }
@@ -165,7 +178,7 @@ class Verdicts:
         if retry and job.attempt < job.max_attempts:
             return self._requeue(job, reason=f"attempt {job.attempt} failed ({error.type.value}); retrying",
                                  outcome_name="failed", consume_retry=True, exit_code=error.exit_code, error=error)
-        self._record_attempt(job, "failed", error.exit_code, error.type.value)
+        self._record_attempt(job, "failed", error.exit_code, error.type.value, error.message)
         try:
             self._transition(Status.FAILED, expect=[Status.RUNNING, Status.CANCELLING], reason=error.message[:500],
                              values=_error_values(error))

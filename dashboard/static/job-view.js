@@ -6,6 +6,7 @@ import { $, el, sleep, toast } from "./dom.js";
 import { streamEvents } from "./events.js";
 import { ACTIVE, ago, fmtBytes, fmtDuration, fmtNum, progressPercent, ran, TERMINAL, throughput, totalSteps } from "./format.js";
 import { fillRanks, loadCheckpoints, loadLogs } from "./job-files.js";
+import { DISPLAY } from "./metric-names.js";
 import { reasonNodes, renderError, renderLineage, renderTimeline } from "./job-history.js";
 import { resumedFromStep } from "./lineage.js";
 import { isCurrent, show } from "./view.js";
@@ -89,10 +90,12 @@ function renderProgress() {
     if (t1 > t0 && s1 > s0) eta = (total - step) / ((s1 - s0) / (t1 - t0));
   }
   const value = (name) => latestValue(name) ?? job.latest_metrics?.[name];
+  // The logged name that fills a column (Lightning's train_loss for Loss): a display mapping, metric-names.js.
+  const shownValue = (column) => (DISPLAY[column] ?? [column]).map(value).find((v) => v !== undefined && v !== null);
   const stats = [
     ["Step", total ? `${step} / ${total}` : String(step)],
-    ["Loss", fmtNum(value("train/loss"))],
-    ["Eval loss", fmtNum(value("eval/loss"))],
+    ["Loss", fmtNum(shownValue("train/loss"))],
+    ["Eval loss", fmtNum(shownValue("eval/loss"))],
     ["Eval accuracy", fmtNum(value("eval/accuracy"))],
     ["Throughput", throughput({ "train/samples_per_s": value("train/samples_per_s"), "train/tokens_per_s": value("train/tokens_per_s") })],
     ["Memory (RSS)", fmtBytes(value("sys/rss_bytes"))],

@@ -2,6 +2,7 @@
 import { api, quiet } from "./api.js";
 import { $, badge, el, sleep, toast } from "./dom.js";
 import { ago, fmtNum, fmtPriority, MISSING, progressPercent, ran, throughput, totalSteps } from "./format.js";
+import { shown } from "./metric-names.js";
 import { isCurrent, show } from "./view.js";
 
 const JOBS_POLL_MS = 2000;
@@ -45,7 +46,7 @@ export async function refreshJobs(signal) {
       el("td", {}, badge(job.status)),
       el("td", { class: "num", dataset: { col: "priority" } }, fmtPriority(job)),
       el("td", {}, progressBar(job.status, job.last_step, totalSteps(job.spec))),
-      el("td", { class: "num" }, fmtNum(job.latest_metrics?.["train/loss"])),
+      el("td", { class: "num" }, fmtNum(shown(job.latest_metrics, "train/loss"))),
       el("td", { class: "num" }, throughput(job.latest_metrics)),
       el("td", { class: "num" }, job.max_attempts ? `${job.attempt}/${job.max_attempts}` : String(job.attempt)),
       el("td", { title: job.created_at }, ago(job.created_at)),

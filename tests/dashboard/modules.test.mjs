@@ -95,3 +95,13 @@ test("spec diff over random specs: every row differs and has a value; every diff
     }
   }
 });
+
+test("Lightning's names fill the loss columns; train/loss first where both are logged", async () => {
+  const { shown } = await import("../../dashboard/static/metric-names.js");
+  assert.equal(shown({ train_loss_step: 0.4, val_loss: 0.6 }, "train/loss"), 0.4);
+  assert.equal(shown({ train_loss: 0.5 }, "train/loss"), 0.5);
+  assert.equal(shown({ "train/loss": 0.1, train_loss: 0.5 }, "train/loss"), 0.1);
+  assert.equal(shown({ val_loss: 0.6 }, "eval/loss"), 0.6);
+  assert.equal(shown({ lr: 0.01 }, "train/loss"), undefined);
+  assert.equal(shown(undefined, "train/loss"), undefined);
+});

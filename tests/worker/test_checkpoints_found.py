@@ -69,17 +69,20 @@ def test_resume_arguments_name_the_latest_complete_checkpoint_only_when_resuming
     spec = spec_from_dict({"kind": "script", "name": "l", "entrypoint": "train.py", "args": ["--epochs", "3"],
                        "resume_args": ["--ckpt_path", "{checkpoint}", "--tag={{x}}"]})
     found = Found(tmp_path)
-    assert resume_arguments(spec, found, resumes=True, inherited=None) == (spec, None)  # nothing to resume from yet
+    nothing = resume_arguments(spec, found, resumes=True, inherited=None)  # nothing to resume from yet
+    assert (nothing.spec, nothing.step) == (spec, None)
+    assert nothing.note == ("resume_args not applied: no checkpoint found under the Lightning, Hugging Face and "
+                            "Accelerate layouts (name your own with checkpoint.discover)")
     _layouts(tmp_path)
     for p in tmp_path.rglob("*"):
         _age(p, 10)
     newest = tmp_path / "out" / "checkpoint-30"
     _age(newest, 3)
-    first, step = resume_arguments(spec, found, resumes=False, inherited=None)
-    assert first.args == ["--epochs", "3"] and step is None
-    resumed, step = resume_arguments(spec, found, resumes=True, inherited=None)
-    assert resumed.args == ["--epochs", "3", "--ckpt_path", str(newest.resolve()), "--tag={x}"]
-    assert step == 30
+    first = resume_arguments(spec, found, resumes=False, inherited=None)
+    assert first.spec.args == ["--epochs", "3"] and first.step is None and first.note is None
+    resumed = resume_arguments(spec, found, resumes=True, inherited=None)
+    assert resumed.spec.args == ["--epochs", "3", "--ckpt_path", str(newest.resolve()), "--tag={x}"]
+    assert resumed.step == 30 and resumed.note is None
     assert latest(found.checkpoints()) is not None
 
 

@@ -76,11 +76,11 @@ def test_found_metrics_are_stored_with_their_own_seqs_and_leave_the_sdk_alone(se
         fresh = session.get(Job, job.id, populate_existing=True)
         assert fresh is not None and fresh.last_seq == 1 and fresh.last_step == 3
         assert fresh.latest_metrics == {"acc": 0.75, "loss": 2.0}
-        # A later attempt reads the files from their start: the points are overwritten, seqs continue.
+        # A later attempt reads the files from their start: what is stored already gets no new seq.
         again = Found(tmp_path)
         assert again.ingest(session, job.id, [], db, batch=500, final=True) == 3
         assert session.exec(sa.select(sa.func.count()).select_from(MetricPoint).where(MetricPoint.job_id == job.id)).scalar_one() == 4
-        assert again.seq == FOUND_BASE + 6
+        assert again.seq == FOUND_BASE + 3
 
 
 def test_the_event_feed_sends_sdk_and_found_rows_and_resumes_from_either(settings: Settings, tmp_path: Path) -> None:
@@ -108,3 +108,27 @@ def test_the_unpacked_upload_is_not_the_jobs_output(tmp_path: Path) -> None:
     _write(tmp_path / "code" / "runs", "shipped", range(2))  # event files that came with the bundle
     _write(tmp_path / "runs", "loss", range(2))
     assert {p.name for p in TensorBoardTail(tmp_path, rescan_s=0).read()} == {"loss"}
+
+
+def test_a_follower_sees_the_resume_after_a_requeue_not_the_history_again(settings: Settings, tmp_path: Path) -> None:
+    """What ``torchyard submit/watch --follow`` is sent across a requeue of a script whose metrics are read from its
+    TensorBoard files: the new attempt reads every file from its start, and only the resumed steps reach the feed."""
+    engine = get_engine(settings.database_url)
+    with Session(engine, expire_on_commit=False) as session:
+        job = Job(owner="admin", name="t", spec={}, run_dir=str(tmp_path))
+        session.add(job)
+        session.commit()
+
+        def db(fn, what):  # noqa: ANN001, ANN202 - the supervisor's retrying wrapper, here a plain call
+            return fn()
+
+        _write(tmp_path / "lightning_logs" / "version_1", "train_loss", range(10, 60, 10))  # attempt 1: steps 10..50
+        Found(tmp_path).ingest(session, job.id, [], db, batch=500, final=True)
+        seen = feed.poll(session, job.id, feed.Cursor())
+        assert [m.data["step"] for m in seen.messages if m.event == "metric"] == [10, 20, 30, 40, 50]
+        # Requeued; attempt 2 resumes from its checkpoint at step 30 and logs 40, 50, 60 into a new file.
+        _write(tmp_path / "lightning_logs" / "version_2", "train_loss", range(40, 70, 10), scale=0.5)
+        Found(tmp_path).ingest(session, job.id, [], db, batch=500, final=True)
+        resumed = feed.poll(session, job.id, seen.cursor)
+        assert [(m.data["step"], m.data["values"]["train_loss"]) for m in resumed.messages if m.event == "metric"] == [
+            (40, 20.0), (50, 25.0), (60, 30.0)]

@@ -1,0 +1,91 @@
+"""A nanoGPT-shaped repository submitted unchanged with --workdir: it writes ``out/ckpt.pt`` (a dict holding
+``iter_num``) relative to where it runs and resumes with ``--init_from=resume``. With ``checkpoint: {discover:
+["out/*.pt"]}`` its checkpoint is listed at the script's own step, and after the worker is SIGKILLed mid-run
+the next attempt gets its resume_args and trains every step once. A resume that finds no checkpoint says so
+on the attempt."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import Services, assert_resumed_after_a_kill, wait_until
+from tests.worker.frameworks import checkpoints, killed_and_resumed_logs
+from torchyard import Client
+
+pytestmark = pytest.mark.slow
+
+TRAIN = textwrap.dedent('''
+    import os, sys, time
+    import torch
+    from torch.utils.tensorboard import SummaryWriter
+
+    init_from = "scratch"
+    for arg in sys.argv[1:]:  # nanoGPT's configurator: --key=value overrides
+        key, value = arg.removeprefix("--").split("=", 1)
+        globals()[key] = value
+    max_iters, out_dir = 40, "out"
+    if os.environ.get("APP_FAIL_FIRST") and os.environ["TORCHYARD_ATTEMPT"] == "1":
+        sys.exit("failing before any checkpoint")
+    iter_num = 0
+    if init_from == "resume":
+        iter_num = torch.load(os.path.join(out_dir, "ckpt.pt"), weights_only=True)["iter_num"]
+    print(f"starting at iter {iter_num} (init_from={init_from})", flush=True)
+    os.makedirs(out_dir, exist_ok=True)
+    writer = SummaryWriter(f"tb/attempt{os.environ['TORCHYARD_ATTEMPT']}")
+    while iter_num < max_iters:
+        iter_num += 1
+        writer.add_scalar("loss", 1.0 / iter_num, iter_num)
+        writer.flush()
+        if iter_num % 10 == 0:
+            torch.save({"model": {"w": torch.zeros(4)}, "iter_num": iter_num, "best_val_loss": 1.0},
+                       os.path.join(out_dir, "ckpt.pt"))
+        time.sleep(0.5)
+''')
+
+
+@pytest.fixture
+def database_url(sqlite_url: str) -> str:
+    return sqlite_url
+
+
+def test_nanogpt_layout_resumes_from_its_own_checkpoint_after_a_worker_kill(services: Services, tmp_path: Path) -> None:
+    repo = tmp_path / "nanogpt"
+    repo.mkdir()
+    (repo / "train.py").write_text(TRAIN)
+    services.start_api()
+    first = services.start_worker()
+    with Client(services.url, services.headers["Authorization"].removeprefix("Bearer ")) as sdk:
+        code = sdk.upload_code(repo).digest
+    spec = {"kind": "script", "name": "nano", "entrypoint": "train.py", "code": code, "resume_args": ["--init_from=resume"],
+            "checkpoint": {"discover": ["out/*.pt"]}}
+    with services.client() as client:
+        created = client.post("/v1/jobs", json=spec)
+        assert created.status_code == 201, created.text
+        job_id = created.json()["id"]
+        # Listed at the step inside the file (it names none), so a kill after it resumes from there.
+        wait_until(lambda: any(c["step"] >= 10 for c in checkpoints(client, job_id)), 180, what="out/ckpt.pt at iter 10")
+        assert all(c["path"].endswith(f"{job_id}/workdir/out/ckpt.pt") for c in checkpoints(client, job_id))
+        services.kill_worker(first)
+        services.start_worker()
+        job = services.wait_status(client, job_id, {"succeeded", "failed", "cancelled"}, timeout_s=300)
+        assert job["status"] == "succeeded", job["error"]
+        assert_resumed_after_a_kill(job)
+        killed, resumed = killed_and_resumed_logs(job)
+        assert "starting at iter 0 (init_from=scratch)" in killed
+        start = job["attempts"][-1]["resumed_from_step"]
+        assert start is not None and start >= 10 and f"starting at iter {start} (init_from=resume)" in resumed
+        assert job["attempts"][-1]["note"] is None
+        points = client.get(f"/v1/jobs/{job_id}/metrics", params={"name": "loss"}).json()["items"]
+        assert [p["step"] for p in points] == list(range(1, 41))  # every step once
+        assert [c["step"] for c in checkpoints(client, job_id)][-1] == 40
+
+        # A retry that finds no checkpoint runs without its resume_args and says so on the attempt.
+        created = client.post("/v1/jobs", json={**spec, "name": "nano-fails", "retries": 1, "env": {"APP_FAIL_FIRST": "1"}})
+        assert created.status_code == 201, created.text
+        job = services.wait_status(client, created.json()["id"], {"succeeded", "failed", "cancelled"}, timeout_s=300)
+        assert job["status"] == "succeeded", job["error"]
+        assert [a["note"] for a in job["attempts"]] == [
+            None, "resume_args not applied: no checkpoint found under out/*.pt"]
