@@ -79,6 +79,8 @@ class LaunchRequest:
     identity: JobIdentity | None = None
     # The placement's physical GPU indices on this host (CUDA_VISIBLE_DEVICES); None: not placed on GPUs.
     gpus: tuple[int, ...] | None = None
+    # A sweep trial's stop ("steps:N", "epochs:N"; trainer.exit_codes.PAUSE_AT_ENV); None: it trains to the end.
+    pause_at: str | None = None
 
     @property
     def log_dir(self) -> Path:
