@@ -65,8 +65,12 @@ def trials_table(sweep: dict[str, Any]) -> Table:
 
 
 def _change(t: dict[str, Any], metric: str) -> str:
-    where = f" at rung {t['rung']}" if t["rung"] is not None and t["state"] in ("paused", "stopped") else ""
-    value = f", {metric} {_value(t['last_value'])}" if t["last_value"] is not None else ""
+    at_rung = t["rung"] is not None and t["state"] in ("paused", "stopped")
+    where = f" at rung {t['rung']}" if at_rung else ""
+    # At a rung, the value ASHA ranked the trial by there, not whatever the trial reported last.
+    shown = (t.get("rung_values") or {}).get(str(t["rung"])) if at_rung else None
+    shown = t["last_value"] if shown is None else shown
+    value = f", {metric} {_value(shown)}" if shown is not None else ""
     step = f" (step {t['last_step']})" if t["last_step"] is not None else ""
     verb = {"running": "running", "paused": "paused", "stopped": "stopped early", "succeeded": "finished",
             "failed": "failed", "cancelled": "cancelled", "pending": "waiting for a slot"}.get(t["state"], t["state"])

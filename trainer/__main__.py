@@ -8,9 +8,13 @@ import os
 import sys
 from pathlib import Path
 
-from trainer.rank_output import interleave
+from trainer.pdeathsig import die_with_parent
 
-interleave()  # first, before torch is imported: everything the rank prints, in order, in one file
+die_with_parent()  # first: a rank must not outlive torchrun, even one that died while this interpreter started
+
+from trainer.rank_output import interleave  # noqa: E402
+
+interleave()  # before torch is imported: everything the rank prints, in order, in one file
 
 from torch.distributed.elastic.multiprocessing.errors import record  # noqa: E402
 
@@ -38,10 +42,8 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 @record
 def main(argv: list[str] | None = None) -> int:
-    from trainer.distributed import set_parent_death_signal
     from trainer.startup import PHASES
 
-    set_parent_death_signal()  # first: a rank must not outlive torchrun, even while importing
     PHASES.mark("imports")  # the interpreter's start and torch's import
     _setup_logging()
     args = _parse_args(argv)

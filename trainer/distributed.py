@@ -5,14 +5,10 @@ from __future__ import annotations
 import datetime
 import logging
 import os
-import signal
-import sys
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
-
-from trainer import pdeathsig
 
 log = logging.getLogger(__name__)
 
@@ -36,16 +32,6 @@ class RankInfo:
     @property
     def nnodes(self) -> int:
         return max(1, self.world_size // max(1, self.local_world_size))
-
-
-def set_parent_death_signal() -> None:
-    """Die with SIGKILL when the parent (torchrun) dies.
-
-    torchrun starts each rank in its own session, so killing torchrun's process group does not
-    reach the ranks; without this a killed torchrun would leave ranks holding GPUs.
-    """
-    if sys.platform.startswith("linux") and not pdeathsig.set_parent_death_signal(signal.SIGKILL):
-        log.warning("cannot set the parent-death signal (no glibc?): a killed torchrun may leave this rank running")
 
 
 def _pick_device(requested: str, local_rank: int) -> torch.device:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import time
 from pathlib import Path
 
@@ -18,12 +19,12 @@ from trainer.data import build_dataset
 from trainer.data.loader import TrainBatches, eval_batches
 from trainer.distributed import RankInfo
 from trainer.events import EventWriter
-from trainer.exit_codes import PREEMPTED_EXIT_CODE
+from trainer.exit_codes import PAUSE_AT_ENV, PAUSED_PHASE, PREEMPTED_EXIT_CODE
 from trainer.metrics import MetricsReporter
 from trainer.models import build_model
 from trainer.optim import build_optimizer, build_scheduler
 from trainer.parallel import Parallelized, compile_enabled, grad_scaler, parallelize, reshard
-from trainer.preemption import StopSignal
+from trainer.preemption import StopSignal, pause_step
 from trainer.profiling import StepProfiler
 from trainer.spec import JobSpec
 
@@ -121,7 +122,9 @@ def run(spec: JobSpec, run_dir: Path, rank: RankInfo, data_dir: Path | None) -> 
     phases.mark("checkpoint_load")
     resumed_from = pos.step
     tokens = bundle.info.input_shape[0] if bundle.info.task == "lm" else None
-    reporter = MetricsReporter(events, rank, t.log_every_steps, total_steps, t.global_batch_size, tokens, flops)
+    # A sweep trial stops at its rung's step: max_steps stays the schedule's horizon, as in a straight run.
+    pause = pause_step(os.environ.get(PAUSE_AT_ENV), batches.steps_per_epoch, total_steps)
+    reporter = MetricsReporter(events, rank, t.log_every_steps, total_steps, t.global_batch_size, tokens, flops, pause)
     mesh = dict(zip(wrapped.mesh.mesh_dim_names, wrapped.mesh.shape, strict=True)) if wrapped.mesh is not None else None
     events.status("training", world_size=rank.world_size, total_steps=total_steps, steps_per_epoch=batches.steps_per_epoch,
                   resumed_from_step=resumed_from, mesh=mesh, startup=phases.as_dict())
@@ -137,13 +140,14 @@ def run(spec: JobSpec, run_dir: Path, rank: RankInfo, data_dir: Path | None) -> 
     is_ddp = hasattr(net, "no_sync")  # one rank is not wrapped in DDP (trainer/parallel.py)
     accum = t.grad_accum_steps
     preempted = False
+    paused = pause is not None and pos.step >= pause  # resumed at its rung already: nothing to train
     net.train()
     profiler = StepProfiler(spec.profile, run_dir, rank)
     reporter.reset_window(pos.step)
-    epoch_iter = batches.epoch(pos.epoch, pos.step_in_epoch) if pos.step < total_steps else iter(())
+    epoch_iter = batches.epoch(pos.epoch, pos.step_in_epoch) if pos.step < total_steps and not paused else iter(())
     # Every rank starts from the saved rank-average, so the all-reduced mean at the epoch's end is exact.
     epoch_loss = torch.tensor(pos.epoch_loss_sum, device=rank.device)
-    while pos.step < total_steps:
+    while pos.step < total_steps and not paused:
         micro_batches = next(epoch_iter, None)
         if micro_batches is None:  # epoch exhausted (only reached on resume at an epoch boundary)
             pos.epoch, pos.step_in_epoch = pos.epoch + 1, 0
@@ -208,11 +212,15 @@ def run(spec: JobSpec, run_dir: Path, rank: RankInfo, data_dir: Path | None) -> 
             reporter.epoch_loss(pos.step, step_epoch, epoch_loss, batches.steps_per_epoch)
             epoch_loss.zero_()
         last = pos.step == total_steps
+        paused = pause is not None and pos.step >= pause
         busy = False
-        if bundle.eval is not None and (last or _due(pos.step, spec.eval.every_steps)
+        # Evaluated at the rung's step: that is the value the sweep ranks the trial by.
+        if bundle.eval is not None and (last or paused or _due(pos.step, spec.eval.every_steps)
                                         or (epoch_ended and _due(pos.epoch, spec.eval.every_epochs))):
             evaluate(wrapped, bundle.eval, rank, spec, task, autocast, events, pos.step, step_epoch)
             busy = True
+        if paused:
+            break  # the checkpoint below, then the pause
         if not last and stop.should_stop(pos.step):
             preempted = True
             break
@@ -230,13 +238,19 @@ def run(spec: JobSpec, run_dir: Path, rank: RankInfo, data_dir: Path | None) -> 
     step_epoch = pos.epoch if pos.step_in_epoch else max(0, pos.epoch - 1)
     if pos.step > resumed_from or checkpointer.last_saved_step != pos.step:
         pos.epoch_loss_sum = reporter.global_mean(epoch_loss)
-        checkpointer.save(pos, step_epoch, net, optimizer, scheduler, scaler, final=not preempted)
+        checkpointer.save(pos, step_epoch, net, optimizer, scheduler, scaler, final=not (preempted or paused))
     checkpointer.wait()
     if preempted:
         log.warning("stopped by signal after step %d; checkpoint saved", pos.step)
         events.status("preempted", step=pos.step, epoch=step_epoch, **footprint)
         events.close()
         return PREEMPTED_EXIT_CODE
+    if paused:
+        # Exit 0: a non-zero exit would make torchrun restart the ranks; the worker reads the phase.
+        log.info("paused at step %d, the rung its sweep allows; checkpoint saved", pos.step)
+        events.status(PAUSED_PHASE, step=pos.step, epoch=step_epoch, total_steps=total_steps, **footprint)
+        events.close()
+        return 0
     events.status("done", step=pos.step, epoch=step_epoch, total_steps=total_steps, **footprint)
     events.close()
     return 0

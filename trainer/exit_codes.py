@@ -5,5 +5,12 @@
 # a rank killed by SIGTERM before it could save would report.
 PREEMPTED_EXIT_CODE = 75
 
+# A sweep trial's pause (jobs/sweeps): the worker sets PAUSE_AT_ENV to "steps:N" or "epochs:N", the rung the trial
+# may train to. The ranks stop there by themselves, with a checkpoint and an evaluation at that step, say
+# PAUSED_PHASE and exit 0 (a non-zero exit would make torchrun restart them); the worker puts the job back in line,
+# held for the sweep's decision.
+PAUSE_AT_ENV = "TORCHYARD_PAUSE_AT"
+PAUSED_PHASE = "paused"
+
 # The spec could not be loaded or checked (a bad file, a path outside the data root, ...).
 SPEC_ERROR_EXIT_CODE = 2

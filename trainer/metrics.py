@@ -75,8 +75,11 @@ class MetricsReporter:
     """
 
     def __init__(self, events: EventWriter, rank: RankInfo, every: int, total_steps: int, global_batch: int,
-                 tokens_per_sample: int | None = None, flops_per_sample: float | None = None):
+                 tokens_per_sample: int | None = None, flops_per_sample: float | None = None,
+                 pause_step: int | None = None):
         self.events = events
+        # Steps reported whatever the log interval, and at once: the end, and a sweep trial's rung.
+        self.ends = {total_steps} | ({pause_step} if pause_step is not None else set())
         self.rank = rank
         self.every = every
         self.total_steps = total_steps
@@ -99,7 +102,7 @@ class MetricsReporter:
         self._step0 = step
 
     def due(self, step: int) -> bool:
-        return step % self.every == 0 or step == self.total_steps
+        return step % self.every == 0 or step in self.ends
 
     def train_step(self, step: int, epoch: int, loss: torch.Tensor, grad_norm: torch.Tensor | None, lr: float) -> dict[str, float]:
         """Report step ``step`` (1-based) with its summed micro-batch loss; a collective on every rank.
@@ -110,7 +113,7 @@ class MetricsReporter:
         self.flush()
         if self.due(step):
             self._start(step, epoch, loss, grad_norm, lr)
-            if step == self.total_steps:
+            if step in self.ends:
                 self.flush()  # nothing left to overlap it with
         done, self._completed = self._completed, {}
         return done

@@ -72,3 +72,21 @@ class StopSignal:
         if self._work is not None:
             self._work.wait()
             self._work = None
+
+
+def pause_step(raw: str | None, steps_per_epoch: int, total_steps: int) -> int | None:
+    """The step a sweep trial's ranks stop at by themselves (trainer.exit_codes.PAUSE_AT_ENV: ``steps:N`` or
+    ``epochs:N``, the rung the trial may train to); None where nothing short of the end is asked. A value the
+    trainer cannot read is ignored with a warning: the trial then trains on, as before pauses were exact."""
+    if not raw:
+        return None
+    unit, _, count = raw.partition(":")
+    try:
+        value = int(count)
+    except ValueError:
+        value = 0
+    if unit not in ("steps", "epochs") or value < 1:
+        log.warning("ignoring pause %r: expected steps:N or epochs:N with N >= 1", raw)
+        return None
+    step = value if unit == "steps" else value * steps_per_epoch
+    return step if step < total_steps else None

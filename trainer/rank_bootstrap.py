@@ -8,15 +8,16 @@ KIND and TARGET, as the worker resolved the entrypoint just before launch:
 * ``installed NAME``: an installed module the operator allow-listed (TORCHYARD_SCRIPT_MODULES).
 
 torchrun starts this module on every rank of a ``kind: script`` job instead of the user's
-entrypoint, so that before any of the user's code runs, in this order:
+entrypoint, so that before any of the user's code runs:
 
 * the rank's output is interleaved (trainer.rank_output): stdout and stderr in one file as printed,
-  a copy per stream, and the node's merged log; first, so even a failure below is in it;
+  a copy per stream, and the node's merged log; before the rest, so even a failure below is in it;
 * a rank of a multi-rank job is watched for joining a process group of the job's world size
   (trainer.pg_watch), and the worker's own ``rich`` is hidden unless the job's requirements name it
   (trainer.leaks): Lightning would otherwise draw a bar that shows nothing in a log;
-* the rank gets the parent-death signal, like catalog ranks: it dies with torchrun instead of
-  holding a GPU after its launcher is gone;
+* first of all, the rank gets the parent-death signal, like catalog ranks: it dies with torchrun instead
+  of holding a GPU after its launcher is gone, and exits at once if torchrun died while it started
+  (trainer.pdeathsig.die_with_parent);
 * the run directory (the working directory) is not on ``sys.path``: the worker starts the ranks
   with ``PYTHONSAFEPATH=1``, and the entry is dropped here as well for interpreters without it;
 * the code root comes first on ``sys.path`` (and on ``PYTHONPATH`` for processes the script
@@ -44,15 +45,18 @@ import importlib.util
 import os
 import pkgutil  # noqa: F401  (runpy imports it lazily: loaded now, the code root cannot stand in for it)
 import runpy
-import signal
 import sys
 import threading
 from typing import NoReturn
 
-from trainer import leaks, pg_watch
-from trainer.paths import within
-from trainer.pdeathsig import set_parent_death_signal
-from trainer.rank_output import interleave
+from trainer.pdeathsig import die_with_parent
+
+if __name__ == "__main__":
+    die_with_parent()  # before anything else is imported: the window in which torchrun's death goes unseen
+
+from trainer import leaks, pg_watch  # noqa: E402
+from trainer.paths import within  # noqa: E402
+from trainer.rank_output import interleave  # noqa: E402
 
 USAGE = "usage: python -m trainer.rank_bootstrap CODE_ROOT file PATH|module NAME PATH|installed NAME [ARGS...]"
 OWN_PACKAGE = "trainer"  # this module's package, and the SDK's: what a user's own trainer.py would clash with
@@ -103,9 +107,6 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(USAGE)
     code_root, target = argv[0], argv[2]
     expected, args = (argv[3], argv[4:]) if kind == "module" else (None, argv[3:])
-    # Before the entrypoint's imports: a rank must not outlive torchrun.
-    if sys.platform.startswith("linux") and not set_parent_death_signal(signal.SIGKILL):
-        sys.stderr.write("torchyard: cannot set the parent-death signal; a killed torchrun may leave this rank running\n")
     if kind == "file":
         _set_path(code_root, os.path.dirname(target))
         forget_outside({OWN_PACKAGE}, code_root)

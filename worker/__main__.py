@@ -23,6 +23,7 @@ from worker import mlflow_runs
 from worker.host import HostHeartbeat, inventory
 from worker.host_runner import HostRunner
 from worker.isolation import on_worker_start
+from worker.leftovers import LeftoverSweep
 
 # What the Slurm executor runs (worker/executors/slurm.py); sacct is optional.
 SLURM_COMMANDS = ("sbatch", "scontrol", "scancel")
@@ -53,7 +54,12 @@ def main(argv: list[str] | None = None) -> None:
     if settings.mlflow_tracking_uri:
         mlflow_runs.preload()
     with Session(get_engine(settings.database_url)) as session:
-        on_worker_start(settings, session, name)
+        mode = on_worker_start(settings, session, name)
+    if mode.uids is None:
+        # Jobs run as this user: what an attempt that ended left running is found by its marks, not its uid.
+        leftovers = LeftoverSweep(settings, interval_s=settings.lease_ttl_s)
+        leftovers.step()
+        leftovers.start()
     ReconcilerLoop(settings, interval_s=max(1.0, settings.lease_ttl_s / 2)).start()
     queues = args.queue or settings.worker_queues
     host = HostHeartbeat(settings, inventory(settings.model_copy(update={"worker_queues": queues}), name))

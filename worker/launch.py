@@ -25,6 +25,7 @@ from sqlmodel import Session
 from jobs import secrets as job_secrets
 from jobs.settings import Settings
 from trainer.env_rules import env_name_problem, name_problem
+from trainer.exit_codes import PAUSE_AT_ENV
 from trainer.sinks.factory import MLFLOW_URI_ENV
 from trainer.spec import JobSpec, ScriptJobSpec, SpecError, SpecProblem, resolve_entrypoint
 from trainer.torchrun_args import launcher_flags, trainer_program
@@ -128,7 +129,7 @@ def rank_secrets(session: Session, job_id: str, settings: Settings) -> dict[str,
 def torchrun_env(job_id: str, attempt: int, run_dir: Path, settings: Settings,
                  spec: JobSpec | ScriptJobSpec | None = None, resume_from: str | None = None,
                  node: NodeLaunch | None = None, secrets: dict[str, str] | None = None,
-                 gpus: tuple[int, ...] | None = None) -> dict[str, str]:
+                 gpus: tuple[int, ...] | None = None, pause_at: str | None = None) -> dict[str, str]:
     """The environment of torchrun and every rank: the worker's without torchyard's service settings,
     the job's allow-listed ``env`` and its decrypted ``secrets`` (both checked again here: the policy may
     have tightened since the job was accepted), ``PYTHONSAFEPATH=1`` (a script's working directory goes on
@@ -165,6 +166,8 @@ def torchrun_env(job_id: str, attempt: int, run_dir: Path, settings: Settings,
         env[MLFLOW_URI_ENV] = settings.mlflow_tracking_uri
     if node is not None:
         env[NODE_MARK] = str(node.node_rank)
+    if pause_at is not None:
+        env[PAUSE_AT_ENV] = pause_at
     if gpus is not None:
         # The placement's physical GPUs and no others: local rank i sees its job's i-th GPU as cuda:i.
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in gpus)

@@ -26,6 +26,7 @@ from jobs.hosts import read_hosts
 from jobs.models import Job, Status
 from jobs.scheduler import task_id
 from jobs.settings import Settings
+from jobs.sweeps.pauses import trial_pause
 from trainer.spec import SpecError, spec_from_dict
 from worker import devices
 from worker.executors import make_executor
@@ -149,9 +150,11 @@ class Follower:
         except RuntimeError as exc:
             log.error("job %s node %d: %s", job.id, self.rank, exc, extra=self.extra)
             return "not started"  # node 0's rendezvous times out without this node and fails the attempt
+        # Read as node 0 read it: every node's ranks must stop at the same step.
+        pause_at = trial_pause(self.session, job.id, job.labels, spec.kind)
         request = LaunchRequest(job_id=job.id, attempt=job.attempt, run_dir=Path(job.run_dir or ""), spec=spec,
                                 resume_from=job.resume_from, node=node, secrets=secrets, gpus=gpus, identity=identity,
-                                owner=job.owner)
+                                owner=job.owner, pause_at=pause_at)
         try:
             launch = self.executor.start(request)
         except LaunchError as exc:

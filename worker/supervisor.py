@@ -32,7 +32,9 @@ from jobs.ingest import Fenced, ingest_events
 from jobs.models import ErrorType, Job, Status
 from jobs.settings import Settings, get_settings
 from jobs.states import TransitionRefused
+from jobs.sweeps.pauses import trial_pause
 from trainer import pg_watch
+from trainer.exit_codes import PAUSED_PHASE
 from trainer.pdeathsig import set_not_dumpable
 from trainer.spec import AnySpec, SpecError, spec_from_dict
 from trainer.spec_view import StoredSpec
@@ -102,6 +104,7 @@ class Supervisor(Verdicts):
         self.log_extra = {"job_id": job_id}
         self.last_phase: str | None = None
         self.preempt_requested = False
+        self.pause_at: str | None = None
         # Set by the scheduler (jobs/stops.py) when this job must make room: checkpoint, then back in line.
         self.stop_request: str | None = None
         self._setup_beat = 0.0  # next heartbeat while the job's environment is built
@@ -222,8 +225,10 @@ class Supervisor(Verdicts):
             self.lease.db(lambda: nodes.say(self.session, job.id, job.attempt, self.worker_id, nodes.ENDPOINT, endpoint),
                           "publishing the rendezvous endpoint")
             log.info("job %s attempt %d: gang of %d meets at %s", job.id, job.attempt, self.gang.nnodes, endpoint, extra=self.log_extra)
+        self.pause_at = pause_at = self.lease.db(lambda: trial_pause(self.session, job.id, job.labels, spec.kind),
+                                                 "reading the trial's rung")
         request = LaunchRequest(job_id=job.id, attempt=job.attempt, run_dir=run_dir, spec=spec, resume_from=job.resume_from,
-                                node=node, identity=self.identity, gpus=self._gpus(), owner=job.owner)
+                                node=node, identity=self.identity, gpus=self._gpus(), owner=job.owner, pause_at=pause_at)
         engine_attempts.stop_earlier(self.session, self.executor, request, self.settings.stop_grace_s,
                                      on_wait=lambda: self.lease.heartbeat(job.attempt))
         try:
@@ -262,6 +267,8 @@ class Supervisor(Verdicts):
             return self._bad_event(job, code)
         if self._status() == Status.CANCELLING:
             return self._finish(job, Status.CANCELLED, reason="cancelled by user", outcome="cancelled")
+        if code == 0 and ended.reason is None and self.last_phase == PAUSED_PHASE:
+            return self._paused(job)
         if code == 0 and ended.reason is None:
             alone = pg_watch.warning(run_dir / "logs" / f"attempt-{job.attempt}")
             return self._finish(job, Status.SUCCEEDED, reason="torchrun exited 0" + (f"; {alone}" if alone else ""),

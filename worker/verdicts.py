@@ -42,6 +42,7 @@ class Verdicts:
     preempt_requested: bool
     stop_request: str | None
     resumed_step: int | None
+    pause_at: str | None
 
     def _done_despite(self, job: Job, what: str) -> str:
         """Training finished: the trainer's "done" comes after the last step and the final checkpoint, both
@@ -98,6 +99,15 @@ class Verdicts:
         log_tail = outcome.tail(self.launch.launcher_log) if self.launch is not None else ""
         return self._fail_or_retry(job, outcome.Failure(verdict.error_type, verdict.message, None, state.exit_code,
                                                         log_tail or None), retry=verdict.retry)
+
+    def _paused(self, job: Job) -> str:
+        """A sweep trial stopped by itself at its rung, checkpointed: back in line without spending a retry, held
+        until its sweep promotes it (it resumes from that checkpoint) or stops it early (cancelled)."""
+        unit, _, at = (self.pause_at or "steps:?").partition(":")
+        words = f"paused at its rung ({unit} {at}); waits for its sweep's decision"
+        return self._requeue(job, reason=f"{words}; resumes from its checkpoint", outcome_name="preempted",
+                             consume_retry=False, exit_code=0, extra={"hold": words, "waiting_reason": words,
+                                                                      "queue_position": None})
 
     def _record_attempt(self, job: Job, outcome_name: str, exit_code: int | None, error_type: str | None,
                         error_message: str | None = None) -> None:

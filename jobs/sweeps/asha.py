@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from jobs.sweeps.spec import rank_key
+from jobs.sweeps.spec import AshaSpec, rank_key
 
 
 @dataclass(frozen=True)
@@ -95,3 +95,12 @@ def _rung(trials: list[TrialState], rung: int, decision: Decision, slots: int, *
         decision.stop.extend(t.number for t in reached
                              if t.paused and t.allowed == rung and not t.ended and t.number not in placed)
     return slots
+
+
+def pause_at(spec: AshaSpec, allowed: int) -> int | None:
+    """Where a trial allowed up to rung ``allowed`` stops by itself: that rung's resource (steps or epochs), so it
+    trains not one step past what ASHA ranks it on. None at the last rung: it trains to the end (``max_resource``,
+    also the horizon of its learning-rate schedule from the first step)."""
+    if allowed >= spec.rungs - 1:
+        return None
+    return spec.resource_at(max(0, allowed))

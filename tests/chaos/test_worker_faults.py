@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import logging
+import os
+import random
 import signal
+import subprocess
+import sys
+import time
 
 import pytest
 
 from jobs.settings import Settings
-from tests.chaos.conftest import assert_nothing_lost, attempts, faults, slow, spec, wait_step
+from tests.chaos.conftest import assert_nothing_lost, attempts, faults, loss_steps, slow, spec, wait_step
 from tests.helpers import Services, assert_resumed_after_a_kill, wait_until
 from worker.processes import marked_processes
+
+log = logging.getLogger(__name__)
 
 TERMINAL = {"succeeded", "failed", "cancelled"}
 
@@ -64,3 +72,53 @@ def test_sigterm_preempts_checkpoints_and_resumes_elsewhere(services: Services, 
     tries = attempts(settings, job_id)
     assert [a.outcome for a in tries] == ["preempted", "succeeded"]
     assert tries[1].resumed_from_step >= 10  # the checkpoint saved on SIGTERM, not only the periodic one before it
+
+
+def _environ_marks() -> set[str]:
+    """The job ids of every process whose environment carries a job mark, read from /proc as an operator would."""
+    found = set()
+    for pid in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                items = f.read().split(b"\0")
+        except (OSError, ValueError):
+            continue
+        found |= {item.partition(b"=")[2].decode() for item in items if item.startswith(b"TORCHYARD_JOB_ID=")}
+    return found
+
+
+def test_workers_killed_while_two_rank_jobs_start_leave_no_attempt_behind(services: Services, settings: Settings) -> None:
+    """Jobs run as the worker's own user (no uid to kill by). A worker is killed at a random moment of each job's
+    start, its whole tree or its own process alone; every job still trains each step once, and once they are done
+    no process of any of their attempts is left."""
+    seed = int(os.environ.get("TORCHYARD_CHAOS_SEED", random.randrange(1 << 30)))
+    log.info("chaos seed %d (TORCHYARD_CHAOS_SEED)", seed)
+    rng = random.Random(seed)
+    services.start_api()
+    # What a crashed worker of this deployment left: marked with an attempt no lease holds.
+    ghost = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], env={
+        **os.environ, "TORCHYARD_JOB_ID": "ghost", "TORCHYARD_ATTEMPT": "1",
+        "TORCHYARD_RUN_DIR": str((settings.runs_dir / "ghost").resolve())})
+    try:
+        worker = services.start_worker("w0", **faults(slow(0.1)))
+        assert ghost.wait(120) == -signal.SIGKILL  # the worker's start ended it
+        jobs = []
+        with services.client() as client:
+            for i, whole in enumerate([True, False, True, False]):
+                job_id = client.post("/v1/jobs", json=spec(10)).json()["id"]
+                jobs.append(job_id)
+                services.wait_status(client, job_id, {"running", *TERMINAL})
+                wait_until(lambda: marked_processes(job_id), 120, what=f"job {job_id}'s processes to start")  # noqa: B023
+                moment = rng.uniform(0.0, 4.0)
+                log.info("job %s: killing the worker (%s) %.2fs into its start", job_id, "whole" if whole else "alone", moment)
+                time.sleep(moment)  # where the fault lands, not a wait for an event
+                services.kill_worker(worker, whole=whole)
+                worker = services.start_worker(f"w{i + 1}", **faults(slow(0.1)))
+                job = services.wait_status(client, job_id, TERMINAL, timeout_s=180)
+                assert job["status"] == "succeeded", (seed, job["error"])
+                assert loss_steps(client, job_id) == list(range(1, 11)), seed
+        wait_until(lambda: not (_environ_marks() & set(jobs)), 60, what="every attempt's processes to end")
+    finally:
+        if ghost.poll() is None:
+            ghost.kill()
+        ghost.wait()

@@ -93,3 +93,13 @@ def test_the_trials_table_names_each_trials_bracket_where_a_sweep_has_several() 
     assert lines[3].split()[:4] == ["2", "paused", "2", "2"]
     plain = _rendered({"metric": "eval/loss", "trials": [_trial(0, None, None), _trial(1, None, None)]})
     assert "BRACKET" not in plain[0] and plain[0].split()[:3] == ["TRIAL", "STATE", "RUNG"]
+
+
+def test_follow_shows_the_value_a_trial_was_ranked_by_at_its_rung_not_its_latest() -> None:
+    from cli.sweep import _change
+
+    trial = {**_trial(4, None, 0), "rung_values": {"0": 0.8123}, "last_value": 0.4, "last_step": 27}
+    assert _change(trial, "eval/loss").endswith("paused at rung 0 (step 27), eval/loss 0.8123")
+    assert _change({**trial, "state": "stopped"}, "eval/loss").endswith("stopped early at rung 0 (step 27), eval/loss 0.8123")
+    # Running on, it shows what it reports now.
+    assert _change({**trial, "state": "running"}, "eval/loss").endswith("running (step 27), eval/loss 0.4")

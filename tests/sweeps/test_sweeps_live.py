@@ -108,9 +108,8 @@ def test_a_script_sweep_over_args_survives_a_restart_of_its_controller(services:
 def test_asha_of_nine_stops_the_losers_at_the_first_rung_and_promotes_the_best_from_their_checkpoints(
         services: Services) -> None:
     services.start_api()
-    # Steps slowed to 40 ms so the controller sees each trial reach its rung long before the trial ends.
-    services.start_worker("cpu-box", TORCHYARD_WORKER_CPU_SLOTS="3", TORCHYARD_FAULTS=json.dumps(
-        [{"action": "slow", "step": 1, "seconds": 0.04, "attempt": None, "restart": None}]))
+    # Steps at full speed: a trial stops at its rung by itself, however quickly it gets there.
+    services.start_worker("cpu-box", TORCHYARD_WORKER_CPU_SLOTS="3")
     body = {"name": "lr-asha", "spec": MLP, "method": "asha", "metric": "eval/loss", "mode": "min", "max_trials": 9,
             "max_concurrent_trials": 3, "asha": {"min_resource": 10, "reduction_factor": 3, "rungs": 3, "sampler": "grid"},
             "space": {"train.lr": {"type": "choice", "values": LRS}}}
@@ -122,6 +121,10 @@ def test_asha_of_nine_stops_the_losers_at_the_first_rung_and_promotes_the_best_f
         assert sorted(t["rung"] for t in sweep["trials"]) == [0] * 6 + [1] * 2 + [2]
         for t in sweep["trials"]:
             job = client.get(f"/v1/jobs/{t['job_id']}").json()
+            # Trained exactly to the rung it was allowed, not a step past it, and never a step twice.
+            assert job["last_step"] == [10, 30, 90][t["rung"]], (t, job["attempts"])
+            trained = [a for a in job["attempts"] if a["outcome"] not in ("lost", "not_started")]
+            assert [a["resumed_from_step"] or 0 for a in trained] == [0, 10, 30][:t["rung"] + 1], job["attempts"]
             if t["rung"] == 2:
                 assert t["state"] == "succeeded" and job["status"] == "succeeded" and job["last_step"] == 90
             else:
@@ -130,11 +133,11 @@ def test_asha_of_nine_stops_the_losers_at_the_first_rung_and_promotes_the_best_f
                            for tr in job["transitions"]), job["transitions"]
         winner = client.get(f"/v1/jobs/{trials[WINNING_LR]['job_id']}").json()
         # Paused at rungs 0 and 1, it went back in line and each later attempt resumed from its own checkpoint.
-        paused = [tr for tr in winner["transitions"] if tr["to_status"] == "queued" and "paused at rung" in tr["reason"]]
+        paused = [tr for tr in winner["transitions"] if tr["to_status"] == "queued" and "paused at" in tr["reason"]]
         assert len(paused) == 2, winner["transitions"]
         # An attempt lost to a lapsed lease on a busy machine (nothing of it counted) may sit between them.
         ran = [a for a in winner["attempts"] if a["outcome"] not in ("lost", "not_started")]
         resumed = [a["resumed_from_step"] for a in ran[1:]]
-        assert len(resumed) == 2 and all(r and r >= 10 for r in resumed), winner["attempts"]
+        assert resumed == [10, 30], winner["attempts"]
         steps = [m["step"] for m in client.get(f"/v1/jobs/{winner['id']}/metrics", params={"name": "eval/loss"}).json()["items"]]
         assert steps == list(range(10, 91, 10))  # one curve, continuous across the pauses

@@ -81,6 +81,8 @@ class LaunchRequest:
     gpus: tuple[int, ...] | None = None
     # The job's owner: whose compile caches the ranks use (worker/compile_cache.py).
     owner: str = ""
+    # A sweep trial's stop ("steps:N", "epochs:N"; trainer.exit_codes.PAUSE_AT_ENV); None: it trains to the end.
+    pause_at: str | None = None
 
     @property
     def log_dir(self) -> Path:

@@ -37,7 +37,8 @@ class LocalExecutor:
     def start(self, request: LaunchRequest) -> LocalLaunch:
         command = torchrun_command(request.spec, request.run_dir, request.attempt, self.settings, node=request.node)
         env = torchrun_env(request.job_id, request.attempt, request.run_dir, self.settings, request.spec,
-                           resume_from=request.resume_from, node=request.node, secrets=request.secrets, gpus=request.gpus)
+                           resume_from=request.resume_from, node=request.node, secrets=request.secrets, gpus=request.gpus,
+                           pause_at=request.pause_at)
         node = request.node.node_rank if request.node else 0
         launcher_log = request.log_dir / (LAUNCHER_LOG if node == 0 else f"launcher-node-{node}.log")
         if request.identity is not None:

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from jobs.settings import Settings
 from manifests.launch import DEFAULT_RDZV_PORT, default_gpus
 from manifests.slurm import Allocation, directives, rendezvous
+from trainer.exit_codes import PAUSE_AT_ENV
 from worker.executors.base import LAUNCHER_LOG, EngineReason, Launch, LaunchError, LaunchRequest, Phase, RankState
 from worker.launch import start_dir, torchrun_command, torchrun_env
 from worker.processes import JOB_MARK, NODE_MARK
@@ -48,7 +49,8 @@ SIGNAL_RESOLUTION_S = 60
 # The worker's own TORCHYARD_* settings carry credentials (database URL, admin token): only the
 # variables the ranks read travel to the cluster (slurmctld stores a batch job's environment).
 RANK_SETTINGS = frozenset({"TORCHYARD_JOB_ID", "TORCHYARD_ATTEMPT", "TORCHYARD_RUN_DIR", "TORCHYARD_DATA_DIR",
-                           "TORCHYARD_CODE_DIR", "TORCHYARD_RESUME_FROM", "TORCHYARD_LOG_LEVEL", "TORCHYARD_FAULTS"})
+                           "TORCHYARD_CODE_DIR", "TORCHYARD_RESUME_FROM", "TORCHYARD_LOG_LEVEL", "TORCHYARD_FAULTS",
+                           PAUSE_AT_ENV})
 
 _PENDING = {"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "SPECIAL_EXIT"}
 _RUNNING = {"RUNNING", "COMPLETING", "SIGNALING", "STAGE_OUT", "RESIZING", "SUSPENDED", "STOPPED"}
@@ -239,7 +241,7 @@ class SlurmExecutor:
         """The ranks' environment (the local executor's), less the worker's own settings and any
         allocation the worker itself runs in; sbatch --export=ALL hands it to every node."""
         env = torchrun_env(request.job_id, request.attempt, request.run_dir, self.settings, request.spec,
-                           resume_from=request.resume_from, secrets=request.secrets)
+                           resume_from=request.resume_from, secrets=request.secrets, pause_at=request.pause_at)
         keep = RANK_SETTINGS | {JOB_MARK}
         env = {k: v for k, v in env.items()
                if not (k.startswith("TORCHYARD_") and k not in keep) and not (k.startswith(("SLURM_", "SBATCH_", "SRUN_")))}
