@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import importlib.abc
-import importlib.machinery
 import os
 import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+
+from trainer.import_hooks import after_import
 
 NOTE_PREFIX = "no-process-group.rank-"  # one file per rank that never joined, in logs/attempt-N/
 _seen: dict[str, int] = {}  # "world": the size of the group init_process_group returned
@@ -51,29 +51,6 @@ def _wrap(module: ModuleType) -> None:
         c10d.init_process_group = init_process_group  # type: ignore[attr-defined]
 
 
-class _Watcher(importlib.abc.MetaPathFinder):
-    """Finds nothing itself: it lets the real finder find ``torch.distributed`` and wraps its loader."""
-
-    def find_spec(self, name: str, path: Any, target: Any = None) -> importlib.machinery.ModuleSpec | None:
-        if name != "torch.distributed":
-            return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(name, path, target)
-            if spec is not None and spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                loader = spec.loader
-                real_exec = loader.exec_module
-
-                def exec_module(module: ModuleType, real_exec: Any = real_exec) -> None:
-                    real_exec(module)
-                    _wrap(module)
-
-                loader.exec_module = exec_module  # type: ignore[method-assign]
-                return spec
-        return None
-
-
 def _note(log_dir: Path, rank: str, world: int) -> None:
     seen = _seen.get("world")
     if seen == world:
@@ -95,10 +72,7 @@ def install(log_dir: Path | None = None) -> bool:
     if world <= 1 or (log_dir is None and not (run_dir and attempt)):
         return False
     target = log_dir or Path(run_dir or "") / "logs" / f"attempt-{attempt}"
-    if "torch.distributed" in sys.modules:
-        _wrap(sys.modules["torch.distributed"])
-    else:
-        sys.meta_path.insert(0, _Watcher())
+    after_import("torch.distributed", _wrap)
     atexit.register(_note, target, rank, world)
     return True
 
