@@ -26,7 +26,8 @@ from typing import Any
 from trainer.import_hooks import after_import
 
 NOTE_PREFIX = "no-process-group.rank-"  # one file per rank that never joined, in logs/attempt-N/
-_seen: dict[str, int] = {}  # "world": the size of the group init_process_group returned
+STEPS_MARK = "; optimizer steps in this process: "
+_seen: dict[str, int] = {"steps": 0}  # "world": the size of the group init_process_group returned; "steps": optimizer steps
 
 
 def _wrap(module: ModuleType) -> None:
@@ -51,13 +52,25 @@ def _wrap(module: ModuleType) -> None:
         c10d.init_process_group = init_process_group  # type: ignore[attr-defined]
 
 
+def _count_step(*_args: Any) -> None:
+    _seen["steps"] += 1
+
+
+def _watch_steps(optimizer: ModuleType) -> None:
+    """Whether the rank trained at all: torch's global hook after every optimizer step (Lightning's and the
+    Trainer's included)."""
+    with contextlib.suppress(Exception):  # watching must never break the script
+        optimizer.register_optimizer_step_post_hook(_count_step)
+
+
 def _note(log_dir: Path, rank: str, world: int) -> None:
     seen = _seen.get("world")
     if seen == world:
         return
     what = "never called init_process_group" if seen is None else f"joined a process group of {seen}"
     with contextlib.suppress(OSError):
-        (log_dir / f"{NOTE_PREFIX}{rank}").write_text(f"rank {rank} of {world} {what}\n", encoding="utf-8")
+        (log_dir / f"{NOTE_PREFIX}{rank}").write_text(f"rank {rank} of {world} {what}{STEPS_MARK}{_seen['steps']}\n",
+                                                       encoding="utf-8")
 
 
 def install(log_dir: Path | None = None) -> bool:
@@ -73,6 +86,7 @@ def install(log_dir: Path | None = None) -> bool:
         return False
     target = log_dir or Path(run_dir or "") / "logs" / f"attempt-{attempt}"
     after_import("torch.distributed", _wrap)
+    after_import("torch.optim.optimizer", _watch_steps)
     atexit.register(_note, target, rank, world)
     return True
 
@@ -85,7 +99,14 @@ def warning(log_dir: Path) -> str | None:
         return None
     if not notes:
         return None
-    first = notes[0].read_text(encoding="utf-8", errors="replace").strip()[:200]
-    return (f"warning: {len(notes)} rank(s) never formed a process group of the job's world size ({first}): each probably "
-            "trained alone on all the data. Usual causes: a script without init_process_group (torchrun only starts the "
-            "processes), or a framework told to run one process (Accelerate's num_processes, a Trainer's devices=1)")
+    texts = [p.read_text(encoding="utf-8", errors="replace").strip() for p in notes]
+    first = texts[0].split(STEPS_MARK)[0][:200]
+    said = f"warning: {len(notes)} rank(s) never formed a process group of the job's world size ({first})"
+    if all(t.endswith(f"{STEPS_MARK}0") for t in texts):
+        # Not one optimizer step: nothing says these ranks trained, alone or otherwise.
+        return (f"{said} and took no optimizer step in their own process: the script may have trained nothing. Usual "
+                "cause: a script that starts processes of its own, such as mp.spawn(nprocs=torch.cuda.device_count()), "
+                "which starts none on a host without GPUs")
+    return (f"{said}: each probably trained alone on all the data. Usual causes: a script without init_process_group "
+            "(torchrun only starts the processes), or a framework told to run one process (Accelerate's num_processes, "
+            "a Trainer's devices=1)")
