@@ -125,6 +125,8 @@ def test_the_ready_block_comes_after_readyz_answers_and_is_last(stack: Stack) ->
     # Root, but pytest's interpreter may live where other uids cannot start it: either way the block says which.
     assert "each job runs under a uid of its own" in tail[1] or "jobs run as uid" in tail[1], tail[1]
     assert "curl -H 'Authorization: Bearer " in tail[3]
+    # No lines of Alembic's (its context, plugins, each revision); one line says what the schema became.
+    assert "alembic" not in out and "database schema upgraded from empty to " in out, out[:3000]
 
 
 def test_its_own_redis_requires_a_password_that_no_command_line_shows(stack: Stack) -> None:
