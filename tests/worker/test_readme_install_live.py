@@ -66,8 +66,19 @@ def readme_python() -> str:
             done = subprocess.run(["bash", "-c", f"python3 -m venv .venv && . .venv/bin/activate && make -C {ROOT} install"],
                                   cwd=home, env=env, capture_output=True, text=True, timeout=1800)
             assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+            (home / "root").write_text(str(ROOT))
             (home / "complete").write_text(done.stdout[-2000:])
+            _forget_older(home)
     return str(python)
+
+
+def _forget_older(kept: Path) -> None:
+    """This checkout's environments of an earlier pyproject.toml or Makefile: about a GB each, never used again."""
+    for other in kept.parent.glob("readme-install-*"):
+        if other.is_dir() and other != kept and (other / "root").is_file() and (other / "root").read_text() == str(ROOT):
+            with (other.parent / f"{other.name}.lock").open("a") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                shutil.rmtree(other, ignore_errors=True)
 
 
 def _as(python: str) -> list[str]:
