@@ -19,16 +19,20 @@ install: install-torch
 # torch first and pinned, so `pip install -e .` finds it satisfied and never pulls a CUDA build.
 # Where pip already resolves torch==$(TORCH_VERSION) to a CPU build (a local wheel, a mirror in the pip
 # configuration), pip is left as configured; otherwise TORCH_INDEX_URL is added as an extra index,
-# whose +cpu build sorts above PyPI's.
+# whose +cpu build sorts above PyPI's. The index used is recorded beside the interpreter (worker/torch_builds.py):
+# a job's requirements built against torch (torchvision ...) resolve from it, as the worker's torch build.
+TORCH_INDEX_RECORD = $(PYTHON) -c 'import pathlib, sys; p = pathlib.Path(sys.prefix, "torchyard-torch-index-url"); \
+	p.write_text(sys.argv[1] + "\n") if sys.argv[1] else p.unlink(missing_ok=True)'
 install-torch:
 	@if $(PYTHON) -m pip install --dry-run --no-deps --quiet --report - 'torch==$(TORCH_VERSION)' 2>/dev/null \
 	    | grep -q '"version": "$(TORCH_VERSION)+cpu"'; then \
 	  echo "torch==$(TORCH_VERSION) resolves to a CPU build as pip is configured"; \
 	  echo "$(PYTHON) -m pip install torch==$(TORCH_VERSION)"; \
-	  $(PYTHON) -m pip install 'torch==$(TORCH_VERSION)'; \
+	  $(PYTHON) -m pip install 'torch==$(TORCH_VERSION)' && $(TORCH_INDEX_RECORD) ''; \
 	else \
 	  echo "$(PYTHON) -m pip install --extra-index-url $(TORCH_INDEX_URL) torch==$(TORCH_VERSION)"; \
-	  $(PYTHON) -m pip install --extra-index-url '$(TORCH_INDEX_URL)' 'torch==$(TORCH_VERSION)'; \
+	  $(PYTHON) -m pip install --extra-index-url '$(TORCH_INDEX_URL)' 'torch==$(TORCH_VERSION)' \
+	    && $(TORCH_INDEX_RECORD) '$(TORCH_INDEX_URL)'; \
 	fi
 
 run:

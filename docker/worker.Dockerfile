@@ -63,7 +63,10 @@ RUN apt-get update \
 
 # torch alone and first: the largest layer (several GB with CUDA) and the one that changes least.
 # Only the PyTorch index (or its mirror) is used, so pip can never pick a PyPI torch built for another CUDA.
-RUN pip install --no-cache-dir --index-url "${TORCH_INDEX_URL:-https://download.pytorch.org/whl/${TORCH_VARIANT}}" "torch==${TORCH_VERSION}"
+# The index is recorded beside the interpreter: a job's requirements built against torch (torchvision ...) resolve
+# from it, as this torch build (worker/torch_builds.py).
+RUN pip install --no-cache-dir --index-url "${TORCH_INDEX_URL:-https://download.pytorch.org/whl/${TORCH_VARIANT}}" "torch==${TORCH_VERSION}" \
+    && echo "${TORCH_INDEX_URL:-https://download.pytorch.org/whl/${TORCH_VARIANT}}" > "$(python -c 'import sys; print(sys.prefix)')/torchyard-torch-index-url"
 
 # The compiler toolchain works with this torch: one tiny torch.compile on the CPU (about 30 s, cached
 # with the layers above, so it reruns only when torch or the compiler changes).

@@ -163,7 +163,7 @@ def migrate(engine: Engine, revision: str = "head") -> None:
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, revision)
         conn.commit()
-        log.info("database schema at %s", MigrationContext.configure(conn).get_current_revision())
+        log.info("database schema upgraded from %s to %s", current or "empty", MigrationContext.configure(conn).get_current_revision())
 
 
 def init_db(engine: Engine) -> None:

@@ -59,6 +59,9 @@ def configure(level: str = "INFO", fmt: str = "json") -> None:
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level.upper())
+    # Alembic's INFO lines (its context, each plugin set up, each revision run) on every start say nothing an operator
+    # needs: jobs.db says which schema a start migrated to, and Alembic's warnings still come out.
+    logging.getLogger("alembic").setLevel(logging.WARNING)
     # uvicorn's own loggers propagate to root so they come out in the same format.
     for name in ("uvicorn", "uvicorn.error"):
         logging.getLogger(name).handlers.clear()

@@ -58,6 +58,10 @@ class Settings(BaseSettings):
     requirements_timeout_s: float = Field(900.0, gt=0, description="Time limit of building one requirements environment.")
     requirements_only_binary: bool = Field(
         True, description="Install requirements from wheels only: no package's build script runs on a worker.")
+    torch_index_url: str | None = Field(
+        None, description="The package index the worker's torch build comes from (https://download.pytorch.org/whl/cpu, cu128, a "
+                          "mirror): a job's requirements built against torch (torchvision, torchaudio ...) resolve from it too. "
+                          "Default: the index `make install TORCH_INDEX_URL=...` or the worker image recorded beside torch.")
     admin_token: str | None = Field(None, description="Bearer token of the admin owner; required by the API.")
     mlflow_tracking_uri: str | None = Field(
         None, description="MLflow tracking server (http(s)://...) every job's rank 0 logs params, metrics and final weights to; "

@@ -38,10 +38,13 @@ def weights_file(session: Session, settings: Settings, owner: str, job_id: str, 
     if not with_weights and job.spec.get("kind") == "script":
         latest = saved[-1]
         where = str(Path(job.run_dir) / latest.path) if job.run_dir else latest.path
+        # A directory found in the run (a Trainer's checkpoint-N) downloads whole, as one tar, by its step.
+        whole = (f"; `torchyard download {job_id} --step {latest.step}` downloads that directory as one tar"
+                 if latest.details.get("found") else "")
         raise FileUnavailable(
             f"job {job_id} is a script job: its checkpoints hold what its script saved, and torchyard makes no consolidated "
             f"weights file of them; step {latest.step} is {where} on the runs volume (`torchyard status {job_id}` lists "
-            f"every checkpoint's path); a file the script writes under artifacts/ downloads with "
+            f"every checkpoint's path){whole}; a file the script writes under artifacts/ downloads with "
             f"`torchyard artifacts {job_id} --get PATH`")
     if not with_weights:
         raise FileUnavailable(f"job {job_id}: no consolidated weights file" + (f" at step {step}" if step is not None else "")

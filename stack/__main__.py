@@ -33,6 +33,8 @@ log = logging.getLogger("torchyard.stack")
 
 VAR = Path("var")
 READY_TIMEOUT_S = 120.0
+# The admin token made on the first start, kept so a saved `torchyard login` still works after a restart.
+ADMIN_TOKEN_FILE = VAR / "admin-token"
 
 
 def protect_var(database_url: str) -> None:
@@ -55,6 +57,24 @@ def protect_var(database_url: str) -> None:
                 path.chmod(0o600)
     finally:
         os.umask(old)
+
+
+def admin_token(configured: str | None) -> str:
+    """TORCHYARD_ADMIN_TOKEN when set (the file is left alone); else the token kept in ``var/admin-token`` (0600),
+    made on the first start."""
+    if configured:
+        return configured
+    with contextlib.suppress(FileNotFoundError):
+        ADMIN_TOKEN_FILE.chmod(0o600)  # one written by hand may be wider
+        kept = ADMIN_TOKEN_FILE.read_text(encoding="utf-8").strip()
+        if kept:
+            return kept
+    token = secrets.token_urlsafe(24)
+    fd = os.open(ADMIN_TOKEN_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(token + "\n")
+    log.info("admin token made and kept in %s (set TORCHYARD_ADMIN_TOKEN to choose your own)", ADMIN_TOKEN_FILE)
+    return token
 
 
 def choose_redis() -> tuple[str, RedisServer | None] | None:
@@ -129,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     if chosen is None:
         return 2
     redis_url, redis = chosen
-    token = settings.admin_token or secrets.token_urlsafe(24)
+    token = admin_token(settings.admin_token)
     env = {**os.environ, "TORCHYARD_REDIS_URL": redis_url, "TORCHYARD_ADMIN_TOKEN": token, "TORCHYARD_LOG_FORMAT": log_format}
     isolation_env, isolation_line = isolation.choose(os.environ, Path(__file__).resolve().parent.parent)
     env.update(isolation_env)

@@ -17,16 +17,17 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import importlib.abc
-import importlib.machinery
 import os
 import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from trainer.import_hooks import after_import
+
 NOTE_PREFIX = "no-process-group.rank-"  # one file per rank that never joined, in logs/attempt-N/
-_seen: dict[str, int] = {}  # "world": the size of the group init_process_group returned
+STEPS_MARK = "; optimizer steps in this process: "
+_seen: dict[str, int] = {"steps": 0}  # "world": the size of the group init_process_group returned; "steps": optimizer steps
 
 
 def _wrap(module: ModuleType) -> None:
@@ -51,27 +52,15 @@ def _wrap(module: ModuleType) -> None:
         c10d.init_process_group = init_process_group  # type: ignore[attr-defined]
 
 
-class _Watcher(importlib.abc.MetaPathFinder):
-    """Finds nothing itself: it lets the real finder find ``torch.distributed`` and wraps its loader."""
+def _count_step(*_args: Any) -> None:
+    _seen["steps"] += 1
 
-    def find_spec(self, name: str, path: Any, target: Any = None) -> importlib.machinery.ModuleSpec | None:
-        if name != "torch.distributed":
-            return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(name, path, target)
-            if spec is not None and spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                loader = spec.loader
-                real_exec = loader.exec_module
 
-                def exec_module(module: ModuleType, real_exec: Any = real_exec) -> None:
-                    real_exec(module)
-                    _wrap(module)
-
-                loader.exec_module = exec_module  # type: ignore[method-assign]
-                return spec
-        return None
+def _watch_steps(optimizer: ModuleType) -> None:
+    """Whether the rank trained at all: torch's global hook after every optimizer step (Lightning's and the
+    Trainer's included)."""
+    with contextlib.suppress(Exception):  # watching must never break the script
+        optimizer.register_optimizer_step_post_hook(_count_step)
 
 
 def _note(log_dir: Path, rank: str, world: int) -> None:
@@ -80,7 +69,8 @@ def _note(log_dir: Path, rank: str, world: int) -> None:
         return
     what = "never called init_process_group" if seen is None else f"joined a process group of {seen}"
     with contextlib.suppress(OSError):
-        (log_dir / f"{NOTE_PREFIX}{rank}").write_text(f"rank {rank} of {world} {what}\n", encoding="utf-8")
+        (log_dir / f"{NOTE_PREFIX}{rank}").write_text(f"rank {rank} of {world} {what}{STEPS_MARK}{_seen['steps']}\n",
+                                                       encoding="utf-8")
 
 
 def install(log_dir: Path | None = None) -> bool:
@@ -95,10 +85,8 @@ def install(log_dir: Path | None = None) -> bool:
     if world <= 1 or (log_dir is None and not (run_dir and attempt)):
         return False
     target = log_dir or Path(run_dir or "") / "logs" / f"attempt-{attempt}"
-    if "torch.distributed" in sys.modules:
-        _wrap(sys.modules["torch.distributed"])
-    else:
-        sys.meta_path.insert(0, _Watcher())
+    after_import("torch.distributed", _wrap)
+    after_import("torch.optim.optimizer", _watch_steps)
     atexit.register(_note, target, rank, world)
     return True
 
@@ -111,7 +99,14 @@ def warning(log_dir: Path) -> str | None:
         return None
     if not notes:
         return None
-    first = notes[0].read_text(encoding="utf-8", errors="replace").strip()[:200]
-    return (f"warning: {len(notes)} rank(s) never formed a process group of the job's world size ({first}): each probably "
-            "trained alone on all the data. Usual causes: a script without init_process_group (torchrun only starts the "
-            "processes), or a framework told to run one process (Accelerate's num_processes, a Trainer's devices=1)")
+    texts = [p.read_text(encoding="utf-8", errors="replace").strip() for p in notes]
+    first = texts[0].split(STEPS_MARK)[0][:200]
+    said = f"warning: {len(notes)} rank(s) never formed a process group of the job's world size ({first})"
+    if all(t.endswith(f"{STEPS_MARK}0") for t in texts):
+        # Not one optimizer step: nothing says these ranks trained, alone or otherwise.
+        return (f"{said} and took no optimizer step in their own process: the script may have trained nothing. Usual "
+                "cause: a script that starts processes of its own, such as mp.spawn(nprocs=torch.cuda.device_count()), "
+                "which starts none on a host without GPUs")
+    return (f"{said}: each probably trained alone on all the data. Usual causes: a script without init_process_group "
+            "(torchrun only starts the processes), or a framework told to run one process (Accelerate's num_processes, "
+            "a Trainer's devices=1)")

@@ -14,7 +14,8 @@ entrypoint, so that before any of the user's code runs:
   a copy per stream, and the node's merged log; before the rest, so even a failure below is in it;
 * a rank of a multi-rank job is watched for joining a process group of the job's world size
   (trainer.pg_watch), and the worker's own ``rich`` is hidden unless the job's requirements name it
-  (trainer.leaks): Lightning would otherwise draw a bar that shows nothing in a log;
+  (trainer.leaks): Lightning would otherwise draw a bar that shows nothing in a log; and ``torch.load`` onto
+  an indexed CPU device (``cpu:0``, Accelerate's device for CPU ranks) works (trainer.cpu_locations);
 * first of all, the rank gets the parent-death signal, like catalog ranks: it dies with torchrun instead
   of holding a GPU after its launcher is gone, and exits at once if torchrun died while it started
   (trainer.pdeathsig.die_with_parent);
@@ -54,7 +55,7 @@ from trainer.pdeathsig import die_with_parent
 if __name__ == "__main__":
     die_with_parent()  # before anything else is imported: the window in which torchrun's death goes unseen
 
-from trainer import leaks, pg_watch  # noqa: E402
+from trainer import cpu_locations, leaks, pg_watch  # noqa: E402
 from trainer.paths import within  # noqa: E402
 from trainer.rank_output import interleave  # noqa: E402
 
@@ -100,6 +101,7 @@ def module_file(name: str) -> str | None:
 def main(argv: list[str] | None = None) -> None:
     interleave()  # first: everything below, and everything the entrypoint prints, lands in output.log in order
     pg_watch.install()  # a rank of a multi-rank job that never joins the process group is named in the job's status
+    cpu_locations.install()  # torch.load onto "cpu:0", as Accelerate's CPU ranks ask, restores (trainer/cpu_locations.py)
     leaks.hide()  # the worker's own rich would make Lightning draw a bar that shows nothing in a log (trainer/leaks.py)
     argv = sys.argv[1:] if argv is None else argv
     kind = argv[1] if len(argv) > 1 else None

@@ -114,6 +114,7 @@ class TensorBoardTail:
         self.pending: list[Point] = []
         self._next_scan = 0.0
         self.available = True
+        self.unreadable: str | None = None  # what the job's status says when event files exist but cannot be read
         self._uploaded: Uploaded = {}
 
     def _uploaded_unchanged(self, path: Path) -> bool:
@@ -136,6 +137,9 @@ class TensorBoardTail:
             except ImportError as exc:
                 log.warning("tensorboard is not importable in the worker (%s); event files are not read", exc)
                 self.available = False
+                self.unreadable = (f"warning: the job wrote TensorBoard event files ({path.relative_to(self.root)}) but this "
+                                   f"worker cannot read them ({exc}), so their scalars are not in its metrics; the worker's "
+                                   "environment needs tensorboard (`pip install -e .` installs it)")
                 return
             except Exception as exc:  # noqa: BLE001 - an unreadable file is skipped, the job goes on
                 log.warning("cannot open event file %s: %s", path, exc)

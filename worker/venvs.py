@@ -34,6 +34,7 @@ from pathlib import Path
 
 from jobs.settings import Settings
 from trainer.requirements import canonical
+from worker import torch_builds
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +66,7 @@ def env_key(settings: Settings, requirements: list[str]) -> str:
     basis = {
         "requirements": canonical(requirements), "python": sys.version, "executable": os.path.realpath(sys.executable),
         "torch": _torch_version(), "only_binary": settings.requirements_only_binary,
+        "torch_index": torch_builds.index_url(settings),
     }
     return hashlib.sha256(json.dumps(basis, sort_keys=True).encode()).hexdigest()[:24]
 
@@ -188,10 +190,19 @@ def _build(settings: Settings, requirements: list[str], build: Path, log_file: P
            "-c", str(constraints)]
     if settings.requirements_only_binary:
         cmd.append("--only-binary=:all:")
+    # Builds of the worker's torch (torchvision+cpu ...) come from its index; checked below against what pip chose.
+    index = torch_builds.index_url(settings)
+    if index:
+        cmd += ["--extra-index-url", index]
+    report = build / "pip-report.json"
+    cmd += ["--report", str(report)]
     try:
         _run([*cmd, *canonical(requirements)], log_file, deadline, keep_going)
     except SetupFailed as exc:
         raise SetupFailed(wheels_only_hint(str(exc), settings.requirements_only_binary), exc.log_tail) from None
+    problems = torch_builds.mismatches(json.loads(report.read_text()).get("install", []), torch) if torch else []
+    if problems:
+        raise SetupFailed(torch_builds.refusal(problems, index), _tail(log_file))
     (build / READY).write_text(json.dumps({"requirements": canonical(requirements), "built_at": time.time()}))
 
 

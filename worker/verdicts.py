@@ -18,6 +18,7 @@ from jobs.states import TransitionRefused, transition
 from trainer.spec import SpecError, spec_from_dict
 from worker import job_code, mlflow_runs, oom, outcome
 from worker.executors.base import Executor, Launch, LaunchError, RankState, engine_verdict
+from worker.found import Found
 from worker.gang_control import Gang
 from worker.lease import Lease
 from worker.tail import EventTail
@@ -43,6 +44,7 @@ class Verdicts:
     stop_request: str | None
     resumed_step: int | None
     pause_at: str | None
+    found: Found
 
     def _done_despite(self, job: Job, what: str) -> str:
         """Training finished: the trainer's "done" comes after the last step and the final checkpoint, both
@@ -139,6 +141,9 @@ class Verdicts:
         self.lease.db(record, "noting the attempt")
 
     def _transition(self, to: Status, *, expect: list[Status], reason: str, values: dict[str, object] | None) -> Job:
+        # What this attempt could not do for the job (event files it could not read) goes with how it ended.
+        unreadable = self.found.tensorboard.unreadable
+        reason = f"{reason}; {unreadable}" if unreadable else reason
         return self.lease.db(lambda: transition(self.session, self.job_id, to, expect=expect, reason=reason, values=values,
                                            guard=self.lease.fence()),
                         f"moving the job to {to.value}")

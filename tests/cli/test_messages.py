@@ -10,8 +10,9 @@ from typer.testing import CliRunner
 
 from cli.main import app
 from client.config import load_config, write_config_file
+from jobs.ingest_found import FoundCheckpoint, ingest_found, last_found_seq
 from jobs.states import Status
-from tests.api.conftest import finish_job, ingest, start_job
+from tests.api.conftest import finish_job, ingest, session_of, start_job
 from tests.cli.conftest import cli
 from tests.helpers import Services
 
@@ -94,6 +95,29 @@ def test_a_finished_script_job_in_status_and_download(services: Services) -> Non
 
     code, out = cli(services, "retry", job_id)  # a retry says where it starts
     assert code == 0 and f"retried {job_id} as" in out and "from its checkpoint at step 50" in " ".join(out.split()), out
+
+
+def test_download_of_a_script_job_with_a_trainer_checkpoint_points_to_its_step(services: Services, tmp_path: Path) -> None:
+    services.start_api()
+    (services.settings.code_dir / "train.py").write_text("print('hi')\n")
+    with services.client() as client:
+        resp = client.post("/v1/jobs", json={"kind": "script", "name": "hf", "entrypoint": "train.py"})
+        assert resp.status_code == 201, resp.text
+    job_id = resp.json()["id"]
+    run_dir = start_job(services.settings, job_id)
+    saved = run_dir / "workdir" / "out" / "checkpoint-30"
+    saved.mkdir(parents=True)
+    (saved / "trainer_state.json").write_text("{}")
+    with session_of(services.settings) as s:
+        found = FoundCheckpoint(30, "workdir/out/checkpoint-30", 1_700_000_000.0, {"found": "huggingface", "step_known": True})
+        ingest_found(s, job_id, last_found_seq(s, job_id), [], [found])
+    finish_job(services.settings, job_id)
+
+    code, out = cli(services, "download", job_id)
+    said = " ".join(out.replace("│", " ").split())
+    assert code == 4 and f"`torchyard download {job_id} --step 30` downloads that directory as one tar" in said, out
+    code, out = cli(services, "download", job_id, "--step", "30", "-o", str(tmp_path / "c.tar"))
+    assert code == 0 and (tmp_path / "c.tar").stat().st_size > 0, out
 
 
 def test_the_launcher_log_of_a_cancelled_job_folds_the_expected_traceback(services: Services) -> None:

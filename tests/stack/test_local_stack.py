@@ -74,11 +74,8 @@ class Stack:
         return {"Authorization": f"Bearer {token}"}
 
 
-@pytest.fixture(scope="module")
-def stack() -> Iterator[Stack]:
-    # Not under pytest's 0700 tmp directory: the other uid must be able to reach var/ for its refusals to mean anything.
-    cwd = Path(tempfile.mkdtemp(prefix="torchyard-stack-"))
-    cwd.chmod(0o755)
+def _start(cwd: Path, port: int, log_name: str = "stack.log") -> Stack:
+    """``python -m stack`` in ``cwd``, once its ready block is out."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHYARD_")}
     env.update({"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"})
     # Where the stack would run jobs under uids of their own (root, an interpreter other uids can start), a worker
@@ -86,27 +83,41 @@ def stack() -> Iterator[Stack]:
     # second copy of the suite (or `make run`) takes too. Elsewhere jobs run as this user and the stack says so.
     if "TORCHYARD_JOB_UIDS" in isolation.choose(env, ROOT)[0]:
         env["TORCHYARD_JOB_UIDS"] = "{}-{}".format(*uid_block())
-    log = cwd / "stack.log"
-    port = free_port()
+    log = cwd / log_name
     with log.open("wb") as out:
         proc = subprocess.Popen([sys.executable, "-m", "stack", "--port", str(port)], cwd=cwd, env=env,
                                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     running = Stack(proc, cwd, log, f"http://127.0.0.1:{port}")
+    # The log first, then /readyz: once the block is out, the API must already answer (before, the line came
+    # about 3 s early). Polled fast enough to catch a block printed before the API listens.
+    wait_until(lambda: "stop:        Ctrl+C" in running.output() or proc.poll() is not None, 90, interval_s=0.05,
+               what="the ready block")
+    running.answered_at_block = running.answers()
+    assert proc.poll() is None, running.output()
+    return running
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.send_signal(signal.SIGTERM)
     try:
-        # The log first, then /readyz: once the block is out, the API must already answer (before, the line came
-        # about 3 s early). Polled fast enough to catch a block printed before the API listens.
-        wait_until(lambda: "stop:        Ctrl+C" in running.output() or proc.poll() is not None, 90, interval_s=0.05,
-                   what="the ready block")
-        running.answered_at_block = running.answers()
-        assert proc.poll() is None, running.output()
-        yield running
+        proc.wait(90)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+@pytest.fixture(scope="module")
+def stack() -> Iterator[Stack]:
+    # Not under pytest's 0700 tmp directory: the other uid must be able to reach var/ for its refusals to mean anything.
+    cwd = Path(tempfile.mkdtemp(prefix="torchyard-stack-"))
+    cwd.chmod(0o755)
+    holder: list[Stack] = []
+    try:
+        holder.append(_start(cwd, free_port()))
+        yield holder[0]
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(90)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        if holder:
+            _stop(holder[0].proc)
         shutil.rmtree(cwd, ignore_errors=True)
 
 
@@ -122,6 +133,8 @@ def test_the_ready_block_comes_after_readyz_answers_and_is_last(stack: Stack) ->
     first, last = uid_block()
     assert f"jobs run under uids {first}-{last} (TORCHYARD_JOB_UIDS)" in tail[1] or "jobs run as uid" in tail[1], tail[1]
     assert "curl -H 'Authorization: Bearer " in tail[3]
+    # No lines of Alembic's (its context, plugins, each revision); one line says what the schema became.
+    assert "alembic" not in out and "database schema upgraded from empty to " in out, out[:3000]
 
 
 def test_its_own_redis_requires_a_password_that_no_command_line_shows(stack: Stack) -> None:
@@ -203,3 +216,21 @@ def test_a_killed_api_comes_back(stack: Stack) -> None:
     assert time.monotonic() - started < 30
     assert f"api (pid {api.pid}) exited with signal 9" in stack.output()
     assert stack.proc.poll() is None
+
+
+def _tokens(out: str) -> list[str]:
+    return [part.split()[0] for part in out.split("admin token: ")[1:]]
+
+
+def test_a_restart_keeps_the_admin_token_so_a_saved_login_still_works(stack: Stack) -> None:
+    """Last in this file: it stops the module's stack and starts it again in the same directory."""
+    first = _tokens(stack.output())
+    kept = stack.cwd / "var" / "admin-token"
+    assert stat.S_IMODE(kept.stat().st_mode) == 0o600
+    assert kept.read_text().strip() == first[0]
+    _stop(stack.proc)
+    again = _start(stack.cwd, int(urlsplit(stack.url).port or 0), "restarted.log")
+    stack.proc = again.proc  # the fixture stops this one
+    assert len(first) == 1 and _tokens(again.output()) == first
+    with httpx.Client(base_url=again.url, headers=again.headers(), timeout=10) as client:
+        assert client.get("/v1/jobs").status_code == 200

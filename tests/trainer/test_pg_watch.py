@@ -19,7 +19,12 @@ RANK = textwrap.dedent('''
     from pathlib import Path
     from trainer import pg_watch
     assert pg_watch.install(Path(sys.argv[1]))
-    import torch.distributed as dist
+    import torch, torch.distributed as dist
+    if sys.argv[5] == "trains":
+        weight = torch.nn.Parameter(torch.ones(2))
+        opt = torch.optim.SGD([weight], lr=0.1)
+        weight.sum().backward()
+        opt.step()
     if sys.argv[2] != "none":
         dist.init_process_group("gloo", init_method="file://" + sys.argv[3], rank=int(sys.argv[4]), world_size=int(sys.argv[2]))
         dist.barrier()
@@ -27,10 +32,11 @@ RANK = textwrap.dedent('''
 ''')
 
 
-def _ranks(tmp_path: Path, name: str, world: str, count: int) -> Path:
+def _ranks(tmp_path: Path, name: str, world: str, count: int, trains: bool = True) -> Path:
     logs = tmp_path / name
     logs.mkdir()
-    procs = [subprocess.Popen([sys.executable, "-c", RANK, str(logs), world, str(tmp_path / f"{name}.store"), str(r)],
+    procs = [subprocess.Popen([sys.executable, "-c", RANK, str(logs), world, str(tmp_path / f"{name}.store"), str(r),
+                               "trains" if trains else "idle"],
                               env={**os.environ, "PYTHONPATH": str(ROOT), "WORLD_SIZE": "2", "RANK": str(r)})
              for r in range(count)]
     assert [p.wait(timeout=120) for p in procs] == [0] * count
@@ -39,13 +45,25 @@ def _ranks(tmp_path: Path, name: str, world: str, count: int) -> Path:
 
 def test_ranks_alone_are_noted_and_a_whole_group_is_not(tmp_path: Path) -> None:
     alone = _ranks(tmp_path, "alone", "none", 1)
-    assert (alone / f"{pg_watch.NOTE_PREFIX}0").read_text().strip() == "rank 0 of 2 never called init_process_group"
+    assert (alone / f"{pg_watch.NOTE_PREFIX}0").read_text().strip() == \
+        "rank 0 of 2 never called init_process_group; optimizer steps in this process: 1"
     warning = pg_watch.warning(alone)
     assert warning is not None and "init_process_group" in warning and "never formed a process group" in warning
+    assert "each probably trained alone on all the data" in warning
     small = _ranks(tmp_path, "small", "1", 1)  # a group of one where torchrun started two
     assert "joined a process group of 1" in (small / f"{pg_watch.NOTE_PREFIX}0").read_text()
     whole = _ranks(tmp_path, "whole", "2", 2)
     assert list(whole.iterdir()) == [] and pg_watch.warning(whole) is None
+
+
+def test_ranks_that_never_trained_are_not_said_to_have_trained_alone(tmp_path: Path) -> None:
+    """pytorch/examples' DDP scripts start their own processes with mp.spawn(nprocs=torch.cuda.device_count()): none
+    on a CPU host, and the ranks torchrun started exit 0 having trained nothing."""
+    idle = _ranks(tmp_path, "idle", "none", 2, trains=False)
+    warning = pg_watch.warning(idle) or ""
+    assert warning.startswith("warning: 2 rank(s) never formed a process group of the job's world size (rank 0 of 2 never "
+                              "called init_process_group) and took no optimizer step in their own process"), warning
+    assert "trained alone" not in warning and "mp.spawn" in warning
 
 
 def test_accelerate_settings_are_allowed_and_cpu_placements_get_use_cpu() -> None:

