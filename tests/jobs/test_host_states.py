@@ -15,6 +15,7 @@ from jobs.scheduling.reasons import unavailable
 from jobs.settings import Settings
 from tests.api.conftest import app, client, key_headers, session_of  # noqa: F401 - fixtures
 from tests.jobs.test_scheduler_pass import _host, _job, _pass, _submit
+from worker import health
 
 
 def test_a_drained_host_gets_nothing_new_and_its_running_job_is_asked_to_make_room(client: TestClient,  # noqa: F811
@@ -140,3 +141,25 @@ def test_unavailable_names_drained_hosts_and_counts_quarantined_gpus() -> None:
 def test_a_host_is_drained_only_when_draining_with_nothing_running(reason: str | None, holding: bool) -> None:
     state = hosts.host_state(reason, holding)
     assert state == ("ready" if reason is None else "draining" if holding else "drained")
+
+
+@given(st.lists(st.booleans(), max_size=20), st.sampled_from([None, "admin"]))
+def test_the_health_check_undrains_only_what_it_drained(checks: list[bool], start: str | None) -> None:
+    """Over any run of passing (True) and failing checks: a failing check drains a ready host, the next passing one
+    undrains it, and an admin's drain is never touched."""
+    drained_by = start
+    for healthy in checks:
+        todo = health.action(healthy, drained_by)
+        if start == "admin":
+            assert todo is None
+        if todo == "drain":
+            assert not healthy and drained_by is None
+            drained_by = "health-check"
+        elif todo == "undrain":
+            assert healthy and drained_by == "health-check"
+            drained_by = None
+        else:
+            assert drained_by == start or (healthy is False and drained_by == "health-check") or drained_by is None
+        assert drained_by in (start, "health-check", None)
+    if checks and start is None:
+        assert (drained_by == "health-check") == (not checks[-1])
