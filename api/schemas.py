@@ -333,6 +333,8 @@ class HostGpu(BaseModel):
     index: int = Field(description="The GPU's physical index on its host (what CUDA_VISIBLE_DEVICES names).")
     busy: bool = Field(description="Held by a running job.")
     job_id: str | None = Field(description="The job that holds it: shown to its owner and the admin; null to other owners.")
+    state: str = Field("ready", description="ready, or quarantined: device faults took it out of placement until an admin clears it.")
+    reason: str | None = Field(None, description="Why it is quarantined.")
 
 
 class HostCpuSlots(BaseModel):
@@ -349,10 +351,30 @@ class HostOut(BaseModel):
     queues: list[str] = Field(description="The queues its worker serves.")
     executor: str = Field(description="local, or slurm (Slurm places the ranks; the host only hands them over).")
     jobs: list[str] = Field(description="The running jobs on it that the caller may see.")
+    state: str = Field("ready", description="ready; draining: nothing new is placed here and its jobs are asked to make "
+                                            "room; drained: draining with nothing running here any more.")
+    reason: str | None = Field(None, description="Why it is draining or drained.")
 
 
 class HostList(BaseModel):
     items: list[HostOut]
+
+
+class HostEventOut(BaseModel):
+    at: datetime | None
+    kind: str = Field(description="drain, undrain, quarantine or clear.")
+    gpu: int | None = Field(description="The GPU of a quarantine or clear.")
+    reason: str | None
+    by: str = Field(description="Who did it: the key's owner (admin), 'health-check' or 'device-fault'.")
+
+
+class HostDetail(HostOut):
+    history: list[HostEventOut] = Field(description="Its drains, undrains, quarantines and clears, oldest first.")
+
+
+class DrainIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    reason: str = Field(min_length=1, max_length=1000, description="Why, as operators and waiting jobs read it.")
 
 
 class QueuedOut(BaseModel):

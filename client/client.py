@@ -65,6 +65,22 @@ class Client(EventsApi, LogsApi, DownloadsApi):
         """The workers' hosts: GPUs (each with the job holding it, when the caller may see it) and CPU slots."""
         return [Host.model_validate(h) for h in self._json("GET", "/v1/hosts")["items"]]
 
+    def host(self, host_id: str) -> Host:
+        """One host with its state and ``history`` (drains, undrains, quarantines, clears)."""
+        return Host.model_validate(self._json("GET", f"/v1/hosts/{quote(host_id, safe='')}"))
+
+    def drain_host(self, host_id: str, reason: str) -> Host:
+        """Drain a host (admin): nothing new is placed there; its running jobs checkpoint and are placed elsewhere."""
+        return Host.model_validate(self._json("POST", f"/v1/hosts/{quote(host_id, safe='')}/drain", json={"reason": reason}))
+
+    def undrain_host(self, host_id: str) -> Host:
+        """Return a drained host to placement (admin)."""
+        return Host.model_validate(self._json("POST", f"/v1/hosts/{quote(host_id, safe='')}/undrain"))
+
+    def clear_gpu(self, host_id: str, gpu: int) -> Host:
+        """Return a quarantined GPU to placement (admin)."""
+        return Host.model_validate(self._json("POST", f"/v1/hosts/{quote(host_id, safe='')}/gpus/{int(gpu)}/clear"))
+
     # ------------------------------------------------------------------ quotas
 
     def quotas(self) -> list[Quota]:

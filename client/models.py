@@ -134,6 +134,8 @@ class HostGpu(_Model):
     index: int
     busy: bool = False
     job_id: str | None = Field(None, description="The job holding it; None when free or another owner's.")
+    state: str = Field("ready", description="ready, or quarantined (device faults; an admin clears it).")
+    reason: str | None = None
 
 
 class HostCpuSlots(_Model):
@@ -164,6 +166,16 @@ class Quota(_Model):
     gpus_borrowed: int = 0
 
 
+class HostEvent(_Model):
+    """One drain, undrain, quarantine or clear of a host (or one of its GPUs)."""
+
+    at: datetime | None = None
+    kind: str
+    gpu: int | None = None
+    reason: str | None = None
+    by: str
+
+
 class Host(_Model):
     """A worker's host as ``GET /v1/hosts`` shows it."""
 
@@ -175,6 +187,10 @@ class Host(_Model):
     queues: list[str] = Field(default_factory=list)
     executor: str | None = None
     jobs: list[str] = Field(default_factory=list)
+    state: str = Field("ready", description="ready, draining (nothing new placed; its jobs make room) or drained.")
+    reason: str | None = Field(None, description="Why it is draining or drained.")
+    history: list[HostEvent] = Field(default_factory=list, description="Drains, undrains, quarantines and clears "
+                                                                       "(GET /v1/hosts/{id} only).")
 
 
 # ------------------------------------------------------------------ events of GET /v1/jobs/{id}/events

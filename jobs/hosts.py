@@ -16,11 +16,19 @@ import sqlalchemy as sa
 from sqlmodel import Session
 
 from jobs.clock import db_now
-from jobs.models import Host, Job, Status
+from jobs.models import Host, HostGpu, Job, Status
 
 log = logging.getLogger(__name__)
 
 HOLDING = (Status.RUNNING.value, Status.CANCELLING.value)
+READY, DRAINING, DRAINED, QUARANTINED = "ready", "draining", "drained", "quarantined"
+
+
+def host_state(drain_reason: str | None, holding: bool) -> str:
+    """``drained`` is a draining host that nothing runs on any more: derived, so it cannot go stale."""
+    if drain_reason is None:
+        return READY
+    return DRAINING if holding else DRAINED
 
 
 @dataclass(frozen=True)
@@ -98,7 +106,18 @@ def holdings(session: Session) -> dict[str, list[Holding]]:
     return held
 
 
-def host_view(row: HostRow, held: list[Holding], viewer: str | None) -> dict[str, Any]:
+def quarantined(session: Session) -> dict[str, dict[int, str]]:
+    """Per host id, its quarantined GPUs (jobs/host_states.py) with their reasons."""
+    rows = session.exec(sa.select(HostGpu.host_id, HostGpu.gpu, HostGpu.quarantine_reason)  # type: ignore[call-overload]
+                        .where(HostGpu.quarantine_reason.is_not(None))).all()  # type: ignore[union-attr]
+    session.commit()
+    out: dict[str, dict[int, str]] = {}
+    for host_id, gpu, reason in rows:
+        out.setdefault(host_id, {})[gpu] = reason
+    return out
+
+
+def host_view(row: HostRow, held: list[Holding], viewer: str | None, bad: dict[int, str] | None = None) -> dict[str, Any]:
     """One host as ``GET /v1/hosts`` shows it to ``viewer`` (an owner; None: the admin, who sees every job id).
     Another owner's GPU shows as busy without its job id: tenants learn how full a host is, not whose work runs."""
     by_gpu = {gpu: h for h in held for gpu in h.gpus}
@@ -106,11 +125,14 @@ def host_view(row: HostRow, held: list[Holding], viewer: str | None) -> dict[str
     for index in row.host.gpus:
         holder = by_gpu.get(index)
         visible = holder is not None and (viewer is None or holder.owner == viewer)
-        gpus.append({"index": index, "busy": holder is not None, "job_id": holder.job_id if visible else None})
+        why = (bad or {}).get(index)
+        gpus.append({"index": index, "busy": holder is not None, "job_id": holder.job_id if visible else None,
+                     "state": QUARANTINED if why is not None else READY, "reason": why})
     cpu_used = sum(h.cpu_slots for h in held)
     last_seen: datetime | None = row.host.last_seen
     return {
         "id": row.host.id, "alive": row.alive, "last_seen": last_seen, "gpus": gpus,
+        "state": host_state(row.host.drain_reason, bool(held)), "reason": row.host.drain_reason,
         "cpu_slots": {"total": row.host.cpu_slots, "used": cpu_used},
         "queues": list(row.host.queues), "executor": row.host.executor,
         "jobs": sorted({h.job_id for h in held if viewer is None or h.owner == viewer}),
@@ -118,5 +140,5 @@ def host_view(row: HostRow, held: list[Holding], viewer: str | None) -> dict[str
 
 
 def list_hosts(session: Session, lease_ttl_s: float, viewer: str | None) -> list[dict[str, Any]]:
-    held = holdings(session)
-    return [host_view(row, held.get(row.host.id, []), viewer) for row in read_hosts(session, lease_ttl_s)]
+    held, bad = holdings(session), quarantined(session)
+    return [host_view(row, held.get(row.host.id, []), viewer, bad.get(row.host.id)) for row in read_hosts(session, lease_ttl_s)]

@@ -82,6 +82,7 @@ class ErrorType(str, Enum):
     DISK_FULL = "disk_full"  # no space left while preparing the run (names the path)
     INTERNAL = "internal_error"
     DEPENDENCY_FAILED = "dependency_failed"  # a job in its depends_on failed or was cancelled: it never ran
+    DEVICE_FAULT = "device_fault"  # the failing rank's GPU failed (jobs/gpu_faults.py): counted against that GPU
 
 
 class Job(SQLModel, table=True):
@@ -158,6 +159,36 @@ class Host(SQLModel, table=True):
     address: str | None = Field(default=None, max_length=255)
     registered_at: datetime | None = _ts()
     last_seen: datetime | None = _ts(index=True)
+    # Set: nothing new is placed here (draining; drained once nothing runs here). Kept across worker restarts.
+    drain_reason: str | None = Field(default=None, sa_column=Column(sa.Text, nullable=True))
+    # Who drained it: an owner (the admin) or 'health-check' (worker/health.py undrains only its own drains).
+    drained_by: str | None = Field(default=None, max_length=64)
+
+
+class HostGpu(SQLModel, table=True):
+    """One GPU's health: device faults since its last success, and its quarantine (never placed until cleared)."""
+
+    __tablename__ = "host_gpus"
+
+    host_id: str = Field(primary_key=True, max_length=128)
+    gpu: int = Field(primary_key=True)
+    faults: int = 0
+    quarantine_reason: str | None = Field(default=None, sa_column=Column(sa.Text, nullable=True))
+
+
+class HostEvent(SQLModel, table=True):
+    """A host's history: every drain, undrain, quarantine and clear, with who did it (what admin webhooks send)."""
+
+    __tablename__ = "host_events"
+    __table_args__ = (sa.Index("ix_host_events_host_id_id", "host_id", "id"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    host_id: str = Field(max_length=128)
+    at: datetime | None = _ts()
+    kind: str = Field(max_length=16)  # drain, undrain, quarantine, clear
+    gpu: int | None = None
+    reason: str | None = Field(default=None, sa_column=Column(sa.Text, nullable=True))
+    actor: str = Field(max_length=64)  # the owner of the key, 'health-check' or 'device-fault'
 
 
 class Quota(SQLModel, table=True):

@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from sqlmodel import Session
 
 from jobs import dependencies
-from jobs.hosts import HOLDING, read_hosts
+from jobs.hosts import HOLDING, quarantined, read_hosts
 from jobs.models import Attempt, Host, Job, Quota, Status
 from jobs.scheduling import NodePlacement, Placement
 from jobs.scheduling import Quota as PolicyQuota
@@ -55,6 +55,8 @@ class View:
     stopping: set[str] = field(default_factory=set)
     # The status of every job a queued job depends on (jobs/dependencies.py); a deleted one is absent.
     dependencies: dict[str, str] = field(default_factory=dict)
+    # Per host id, its quarantined GPUs and why (jobs/host_states.py): never offered to the policy.
+    quarantined: dict[str, dict[int, str]] = field(default_factory=dict)
 
 
 def placement_of(job_id: str, nodes: list[dict[str, Any]], **meta: Any) -> Placement:
@@ -93,5 +95,6 @@ def read_view(session: Session, lease_ttl_s: float) -> View:
                 timeout_s=StoredSpec.of(spec).timeout_s))
     quotas = read_quotas(session)
     depends = dependencies.statuses(session, (dep for job in queued for dep in job.depends_on))
+    bad = quarantined(session)
     session.commit()
-    return View(hosts, queued, running, dict(per_owner), quotas, stopping, depends)
+    return View(hosts, queued, running, dict(per_owner), quotas, stopping, depends, bad)

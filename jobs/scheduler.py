@@ -24,13 +24,14 @@ from redis.exceptions import RedisError
 from rq import Queue
 from sqlmodel import Session
 
-from jobs import dependencies, leader, stops
+from jobs import dependencies, host_states, leader, stops
 from jobs.clock import db_now
 from jobs.db import get_engine
 from jobs.models import Attempt, ErrorType, Job, Status, utcnow
 from jobs.schedule_view import QueuedRow, View, read_view
 from jobs.scheduling import DEFAULT_MIN_RUNTIME_S, Decision, NodePlacement, Placement, Preemption, QueuedJob, Reservation, Waiting, schedule
 from jobs.scheduling import Host as PolicyHost
+from jobs.scheduling.reasons import unavailable
 from jobs.settings import Settings
 from jobs.states import TransitionRefused, transition
 from trainer.spec_view import StoredSpec
@@ -112,6 +113,10 @@ def decide(view: View, running_cap: int, *, now: float | None = None, reservatio
     for queue_name in sorted(by_queue):
         jobs = by_queue[queue_name]
         serving = [h for h in view.hosts if queue_name in h.queues]
+        # A draining host gets nothing new; a quarantined GPU is never offered (jobs/host_states.py).
+        drained = [(h.id, h.drain_reason) for h in serving if h.drain_reason is not None]
+        serving = [h for h in serving if h.drain_reason is None]
+        bad = [(h.id, len(set(view.quarantined.get(h.id, {})) & set(h.gpus))) for h in serving]
         slurm = [h for h in serving if h.executor == "slurm"]
         local = [h for h in serving if h.executor != "slurm"]
         if slurm:
@@ -123,8 +128,9 @@ def decide(view: View, running_cap: int, *, now: float | None = None, reservatio
                 placements.append(Placement(job.id, (NodePlacement(0, slurm[i % len(slurm)].id),)))
             continue
         if not local:
+            out = unavailable(drained, ())
             for i, job in enumerate(jobs):
-                waiting[job.id] = Waiting(i + 1, f"no live host serves queue {queue_name}")
+                waiting[job.id] = Waiting(i + 1, f"no live host serves queue {queue_name}" + (f"; {out}" if out else ""))
             continue
         gpu_hosts = any(h.gpus for h in local)
         asks = {}
@@ -133,11 +139,15 @@ def decide(view: View, running_cap: int, *, now: float | None = None, reservatio
             asks[job.id] = QueuedJob(job.id, job.owner, nnodes=nnodes, nproc_per_node=nproc, device=device,  # type: ignore[arg-type]
                                      submitted_seq=seq, priority=job.priority, timeout_s=job.timeout_s,
                                      preemptible=job.preemptible)
-        pool = [PolicyHost(id=h.id, gpus=tuple(h.gpus), cpu_slots=h.cpu_slots) for h in local]
+        pool = [PolicyHost(id=h.id, gpus=tuple(h.gpus), cpu_slots=h.cpu_slots,
+                           free_gpus=tuple(g for g in h.gpus if g not in view.quarantined.get(h.id, {}))) for h in local]
         mine = [r for r in reservations if r.job_id in asks]
         # Placements on hosts outside the pool are passed over.
         decision = schedule(asks.values(), pool, held, now=now, quotas=view.quotas, reservations=mine, min_runtime_s=min_runtime_s)
         waiting.update(decision.waiting)
+        for job_id, w in decision.waiting.items():  # say what is out of placement where it could be why
+            if out := unavailable(drained, bad if asks[job_id].device == "gpu" else ()):
+                waiting[job_id] = Waiting(w.position, f"{w.reason}; {out}")
         preemptions.extend(p for p in decision.preemptions if p.victim_job_id not in view.stopping)
         kept.extend(decision.reservations)
         for placement in decision.placements:
@@ -166,6 +176,9 @@ def run_pass(session: Session, redis: Redis, settings: Settings, holder: str, *,
     report = PassReport()
     view = read_view(session, settings.lease_ttl_s)
     if not _end_jobs_whose_dependency_failed(session, settings, holder, view):
+        report.lost_lease = True
+        return report
+    if not _stop_jobs_on_draining_hosts(session, settings, holder, view):
         report.lost_lease = True
         return report
     if not view.queued:
@@ -219,6 +232,22 @@ def _end_jobs_whose_dependency_failed(session: Session, settings: Settings, hold
             continue  # it moved on meanwhile (cancelled by its owner)
         ended.add(job.id)
     view.queued[:] = [job for job in view.queued if job.id not in ended]
+    return True
+
+
+def _stop_jobs_on_draining_hosts(session: Session, settings: Settings, holder: str, view: View) -> bool:
+    """A job placed on a host by a pass that read it before its drain is asked to make room too. False: the lease
+    is gone."""
+    drains = {h.id: h.drain_reason for h in view.hosts if h.drain_reason is not None}
+    for placement in view.running:
+        host = next((n.host for n in placement.nodes if n.host in drains), None)
+        if host is None or placement.job_id in view.stopping:
+            continue
+        if not leader.still_held(session, leader.SCHEDULER, holder, settings.lease_ttl_s):
+            session.rollback()
+            return False
+        if stops.request_stop(session, placement.job_id, reason=host_states.drain_stop_reason(host, drains[host] or "")):
+            view.stopping.add(placement.job_id)
     return True
 
 

@@ -129,6 +129,13 @@ class Settings(BaseSettings):
     max_queued_per_owner: int = Field(1000, ge=1, description="Queued jobs one owner may have; more submissions answer 429.")
     max_running_per_owner: int = Field(100, ge=1, description="Running jobs one owner may have; further jobs wait in the queue.")
     preempt_min_runtime_s: float = Field(300.0, ge=0, description="A job younger than this is never preempted.")
+    gpu_fault_limit: int = Field(2, ge=1, description="Device faults on one GPU, without a success between them, that "
+                                 "quarantine it (jobs/gpu_faults.py) until an admin clears it.")
+    gpu_fault_patterns: str = Field("", description="More device-fault messages, as case-insensitive regular expressions "
+                                    "separated by ';', on top of jobs/gpu_faults.py's list.")
+    host_health_cmd: str | None = Field(None, description="A command the worker runs every TORCHYARD_HOST_HEALTH_INTERVAL_S; "
+                                        "a non-zero exit drains its host, the next zero exit undrains it.")
+    host_health_interval_s: float = Field(60.0, gt=0)
     key_cache_s: float = Field(
         5.0, ge=0, le=300, description="How long an API process trusts a tenant key it has verified without asking SQL again: a "
         "key revoked through another API process stops working within this bound (at once in the process that revoked it). "

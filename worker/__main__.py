@@ -20,6 +20,7 @@ from jobs.settings import get_settings
 from jobs.sweeps.controller import SweepLoop
 from trainer.pdeathsig import set_not_dumpable
 from worker import mlflow_runs
+from worker.health import HealthCheck
 from worker.host import HostHeartbeat, inventory
 from worker.host_runner import HostRunner
 from worker.isolation import on_worker_start
@@ -65,12 +66,17 @@ def main(argv: list[str] | None = None) -> None:
     host = HostHeartbeat(settings, inventory(settings.model_copy(update={"worker_queues": queues}), name))
     host.register()
     host.start()
+    health = HealthCheck(settings, name) if settings.host_health_cmd else None
+    if health is not None:
+        health.start()
     redis = redis_client(settings.redis_url)
     scheduler = SchedulerLoop(settings, holder=name, redis=redis)
     scheduler.step()
     scheduler.start()
     SweepLoop(settings, holder=name, redis=redis).start()  # sweeps' trials, under a lease of their own
     def leave() -> None:
+        if health is not None:
+            health.stop()
         scheduler.stop()
         host.stop()
 

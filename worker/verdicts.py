@@ -4,6 +4,7 @@ node), recorded in its attempt row and moved by a fenced transition. A mixin of 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from pathlib import Path
@@ -11,6 +12,7 @@ from pathlib import Path
 import sqlalchemy as sa
 from sqlmodel import Session
 
+from jobs import gpu_faults
 from jobs.models import Attempt, ErrorType, Job, Status, utcnow
 from jobs.reconciler import worker_losses
 from jobs.settings import Settings
@@ -150,6 +152,9 @@ class Verdicts:
 
     def _finish(self, job: Job, to: Status, *, reason: str, outcome: str, exit_code: int | None = None) -> str:
         self._record_attempt(job, outcome, exit_code, None)
+        if to == Status.SUCCEEDED:  # a success on a GPU wipes its device faults
+            gpus = gpu_faults.blamed(job.placement or [], None)
+            self.lease.db(lambda: gpu_faults.record_success(self.session, gpus), "clearing device faults")
         try:
             self._transition(to, expect=[Status.RUNNING, Status.CANCELLING], reason=reason,
                              values={"exit_code": exit_code} if exit_code is not None else None)
@@ -176,7 +181,26 @@ class Verdicts:
         log.info("job %s: back in line at attempt %d; the scheduler places it again", fresh.id, fresh.attempt, extra=self.log_extra)
         return "requeued"
 
+    def _device_fault(self, job: Job, error: outcome.Failure) -> tuple[outcome.Failure, str | None]:
+        """Count a device fault in the failing rank's output against its GPU (jobs/gpu_faults.py). Returns the error
+        (typed device_fault when it is one) and, the first time the job meets a fault on that GPU, the reason to put it
+        back in line without spending a retry."""
+        line = gpu_faults.device_fault(f"{error.message}\n{error.log_tail or ''}", gpu_faults.patterns(self.settings.gpu_fault_patterns))
+        gpus = gpu_faults.blamed(job.placement or [], error.rank) if line else []
+        if not line or not gpus:
+            return error, None
+        before = self.lease.db(lambda: gpu_faults.met_before(self.session, job.id, job.attempt, gpus), "reading earlier faults")
+        self.lease.db(lambda: gpu_faults.record_fault(self.session, gpus, line, self.settings.gpu_fault_limit), "counting a device fault")
+        where = ", ".join(f"{host} GPU {gpu}" for host, gpu in gpus)
+        log.warning("job %s: device fault on %s: %s", job.id, where, line, extra=self.log_extra)
+        error = dataclasses.replace(error, type=ErrorType.DEVICE_FAULT)
+        return error, None if before else f"attempt {job.attempt} met a device fault on {where} ({line}); back in line"
+
     def _fail_or_retry(self, job: Job, error: outcome.Failure, retry: bool = True) -> str:
+        if retry:
+            error, free = self._device_fault(job, error)
+            if free:
+                return self._requeue(job, reason=free, outcome_name="failed", consume_retry=False, exit_code=error.exit_code, error=error)
         if retry and error.type == ErrorType.OOM:
             spec = spec_from_dict(job.spec)
             ranks = spec.parallel.world_size if spec.parallel.ranks_known else spec.parallel.nnodes * self._gpu_count()

@@ -77,5 +77,6 @@ export const fmtPriority = (job) => (Number.isInteger(job.priority) ? String(job
 export function gpuState(gpu) {
   if (gpu.job_id) return { state: "held", text: gpu.job_id, jobId: gpu.job_id };
   if (gpu.busy) return { state: "busy", text: "busy (another owner)", jobId: null };
+  if (gpu.state === "quarantined") return { state: "quarantined", text: `quarantined: ${gpu.reason ?? ""}`, jobId: null };
   return { state: "free", text: "free", jobId: null };
 }

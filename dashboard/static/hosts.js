@@ -1,5 +1,5 @@
 // The hosts view: each worker's host with its GPUs as cells (the job that holds each), its CPU slots in use,
-// and when its worker last reported. Polled like the jobs table.
+// when its worker last reported, and its state (draining, drained; a quarantined GPU's reason in its cell). Polled like the jobs table.
 import { api, quiet, routeMissing } from "./api.js";
 import { $, el, jobLink, sleep, toast } from "./dom.js";
 import { ago, gpuState } from "./format.js";
@@ -55,9 +55,12 @@ function hostCard(host, names) {
     `queues ${host.queues.join(", ") || "–"}`,
   ];
   if (host.executor !== "local") facts.push(`executor ${host.executor}`);
+  // A drain says why; "drained" once nothing runs there any more (GET /v1/hosts derives it).
+  const state = host.state && host.state !== "ready"
+    ? [el("span", { class: "badge queued", dataset: { hostState: host.state } }, `${host.state}: ${host.reason ?? ""}`)] : [];
   return el("div", { class: `card host${host.alive ? "" : " gone"}`, dataset: { hostId: host.id, alive: String(host.alive) } },
     el("div", { class: "host-head" }, el("h2", { class: "mono" }, host.id),
-      el("span", { class: `badge ${host.alive ? "running" : "cancelled"}` }, host.alive ? "alive" : "down")),
+      el("span", { class: `badge ${host.alive ? "running" : "cancelled"}` }, host.alive ? "alive" : "down"), ...state),
     el("p", { class: "meta", dataset: { cpuSlots: `${host.cpu_slots.used}/${host.cpu_slots.total}` } }, facts.join(" · ")),
     cells.length ? el("div", { class: "gpus" }, ...cells) : el("p", { class: "empty" }, "CPU-only host"));
 }

@@ -125,3 +125,11 @@ def behind(job: QueuedJob, reservation: Reservation, now: float | None = None) -
 
 def over_quota(owner: str, used: int, quota: int) -> str:
     return f"owner {owner} uses {used} of {quota} quota GPUs; it may borrow when GPUs are idle"
+
+
+def unavailable(drained: Sequence[tuple[str, str]], quarantined: Sequence[tuple[str, int]]) -> str | None:
+    """What is out of placement among the hosts a job could use: ``drained`` (host, reason), ``quarantined``
+    (host, how many GPUs). None when nothing is."""
+    parts = [f"host {host} drained: {reason}" for host, reason in drained]
+    parts += [f"{n} {_units('gpu', n)} quarantined on {host}" for host, n in quarantined if n]
+    return "; ".join(parts) or None

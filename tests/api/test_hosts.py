@@ -41,10 +41,13 @@ def test_hosts_show_gpus_held_by_jobs_and_hide_other_owners_job_ids(client: Test
     assert list(seen) == ["gpu-a", "gpu-b"]
     a = seen["gpu-a"]
     assert a["alive"] is True and a["last_seen"] is not None
-    assert a["gpus"] == [{"index": 0, "busy": False, "job_id": None}, {"index": 1, "busy": True, "job_id": mine},
-                         {"index": 2, "busy": True, "job_id": mine}, {"index": 3, "busy": True, "job_id": None}]
+    ready = {"state": "ready", "reason": None}
+    assert a["gpus"] == [{"index": 0, "busy": False, "job_id": None, **ready}, {"index": 1, "busy": True, "job_id": mine, **ready},
+                         {"index": 2, "busy": True, "job_id": mine, **ready}, {"index": 3, "busy": True, "job_id": None, **ready}]
+    assert (a["state"], a["reason"]) == ("ready", None)
     assert a["jobs"] == [mine]
-    assert seen["gpu-b"]["gpus"] == [{"index": 0, "busy": True, "job_id": None}, {"index": 1, "busy": False, "job_id": None}]
+    assert seen["gpu-b"]["gpus"] == [{"index": 0, "busy": True, "job_id": None, **ready},
+                                     {"index": 1, "busy": False, "job_id": None, **ready}]
     assert seen["gpu-b"]["cpu_slots"] == {"total": 8, "used": 3}
 
     admin = {h["id"]: h for h in client.get("/v1/hosts", headers=ADMIN).json()["items"]}

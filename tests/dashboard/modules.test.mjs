@@ -30,6 +30,8 @@ test("a GPU cell names its job, or says busy for another owner's", () => {
   assert.deepEqual(gpuState({ index: 0, busy: true, job_id: "01abc" }), { state: "held", text: "01abc", jobId: "01abc" });
   assert.equal(gpuState({ index: 1, busy: true, job_id: null }).state, "busy");
   assert.equal(gpuState({ index: 2, busy: false, job_id: null }).text, "free");
+  assert.deepEqual(gpuState({ index: 3, busy: false, job_id: null, state: "quarantined", reason: "2 device faults" }),
+    { state: "quarantined", text: "quarantined: 2 device faults", jobId: null });
 });
 
 test("lineage: the step resumed from, and the job that preempted", () => {
