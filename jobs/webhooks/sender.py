@@ -73,31 +73,43 @@ class WebhookSender(threading.Thread):
 
     def _post_loop(self) -> None:
         while (item := self._todo.get()) is not None:
-            self._deliver(item)
+            hook_id = item.hook.id
+            try:
+                # A webhook that takes its deliveries gets the next one at once, not a poll period later: a burst of
+                # events drains at the receiver's pace. One that fails waits for its backoff, holding no thread.
+                while item is not None and self._deliver(item) and not self.stopped.is_set():
+                    item = self._next(hook_id)
+            except Exception:  # noqa: BLE001 - the delivery stays pending and is tried again
+                log.exception("webhook %s: a delivery failed; it stays pending", hook_id)
+            finally:
+                with self._lock:
+                    self._busy.discard(hook_id)
 
-    def _deliver(self, item: store.Due) -> None:
+    def _next(self, hook_id: str) -> store.Due | None:
+        with Session(get_engine(self.settings.database_url), expire_on_commit=False) as session:
+            found = store.due(session, set(), 1, webhook_id=hook_id)
+            session.commit()
+        return found[0] if found else None
+
+    def _deliver(self, item: store.Due) -> bool:
+        """One try of one delivery; True when the receiver took it."""
         hook, delivery = item.hook, item.delivery
         try:
-            try:
-                secret = store.secret_of(hook, self.settings)
-            except (SecretsUnavailable, ValueError) as exc:
-                result = post.Result(None, f"cannot sign: {exc}", retry=True)
-            else:
-                result = post.send(self._client, hook, delivery, secret, self.settings, self.allow)
-            with Session(get_engine(self.settings.database_url)) as session:
-                if not leader.still_held(session, LEASE, self.holder, self.settings.lease_ttl_s):
-                    return  # the new leader sends it again
-                state = store.record_try(session, delivery, status=result.status, error=result.error, retry=result.retry,
-                                         max_tries=self.settings.webhook_max_tries)
-                session.commit()
-            if state != "delivered":
-                log.warning("webhook %s: delivery %s (%s) try %d: %s; %s", hook.id, delivery.id, delivery.type,
-                            delivery.tries + 1, result.error, "retrying later" if state == "pending" else "given up")
-        except Exception:  # noqa: BLE001 - the delivery stays pending and is tried again
-            log.exception("webhook %s: delivery %s failed", hook.id, delivery.id)
-        finally:
-            with self._lock:
-                self._busy.discard(hook.id)
+            secret = store.secret_of(hook, self.settings)
+        except (SecretsUnavailable, ValueError) as exc:
+            result = post.Result(None, f"cannot sign: {exc}", retry=True)
+        else:
+            result = post.send(self._client, hook, delivery, secret, self.settings, self.allow)
+        with Session(get_engine(self.settings.database_url)) as session:
+            if not leader.still_held(session, LEASE, self.holder, self.settings.lease_ttl_s):
+                return False  # the new leader sends it again
+            state = store.record_try(session, delivery, status=result.status, error=result.error, retry=result.retry,
+                                     max_tries=self.settings.webhook_max_tries)
+            session.commit()
+        if state != "delivered":
+            log.warning("webhook %s: delivery %s (%s) try %d: %s; %s", hook.id, delivery.id, delivery.type,
+                        delivery.tries + 1, result.error, "retrying later" if state == "pending" else "given up")
+        return state == "delivered"
 
     def stop(self) -> None:
         self.stopped.set()

@@ -104,10 +104,12 @@ class Due:
     hook: Webhook
 
 
-def due(session: Session, busy: set[str], limit: int) -> list[Due]:
-    """Pending deliveries whose time has come, oldest first, at most one per webhook and none of a ``busy`` one."""
+def due(session: Session, busy: set[str], limit: int, webhook_id: str | None = None) -> list[Due]:
+    """Pending deliveries whose time has come, oldest first, at most one per webhook and none of a ``busy`` one
+    (``webhook_id``: of that webhook only)."""
+    only = [] if webhook_id is None else [WebhookDelivery.webhook_id == webhook_id]
     rows = session.exec(sa.select(WebhookDelivery, Webhook).join(Webhook, Webhook.id == WebhookDelivery.webhook_id)  # type: ignore[call-overload, arg-type]
-                        .where(WebhookDelivery.status == "pending", WebhookDelivery.next_at <= utcnow())
+                        .where(WebhookDelivery.status == "pending", WebhookDelivery.next_at <= utcnow(), *only)
                         .order_by(WebhookDelivery.next_at, WebhookDelivery.id).limit(limit * 20)).all()
     picked: dict[str, Due] = {}
     for delivery, hook in rows:

@@ -95,10 +95,14 @@ def test_every_event_arrives_once_signed_across_retries_and_an_api_restart(servi
         assert [r.answered for r in flaky_tries][:4] == [500, 500, 500, 200]
         assert len({r.headers["x-torchyard-delivery"] for r in flaky_tries[:4]}) == 1  # one delivery, tried four times
 
-        code, out = cli(services, "webhooks", "deliveries", flaky["id"], "--json")
-        assert code == 0, out
-        rows = json.loads(out)
-        assert sorted((d["event"], d["status"]) for d in rows) == [("job.started", "delivered"), ("job.succeeded", "delivered")]
+        def delivered() -> list | None:  # the receiver answers before the sender writes the result down
+            code, out = cli(services, "webhooks", "deliveries", flaky["id"], "--json")
+            assert code == 0, out
+            rows = json.loads(out)
+            return rows if all(d["status"] == "delivered" for d in rows) else None
+
+        rows = wait_until(delivered, 60, what="both deliveries recorded")
+        assert sorted(d["event"] for d in rows) == ["job.started", "job.succeeded"]
         assert sorted(d["tries"] for d in rows) == [1, 4]
         code, out = cli(services, "webhooks", "ls")
         assert code == 0 and flaky["id"] in out, out
