@@ -25,6 +25,7 @@ from jobs.webhooks.ssrf import AllowList
 
 log = logging.getLogger(__name__)
 LEASE = leader.WEBHOOKS
+PRUNE_EVERY = 1000  # steps between removals of old finished deliveries (about 8 minutes at the default period)
 
 
 class WebhookSender(threading.Thread):
@@ -35,6 +36,7 @@ class WebhookSender(threading.Thread):
         self.allow = AllowList.parse(settings.webhook_allow_hosts)
         self.stopped = threading.Event()
         self.leading = False
+        self._steps = 0
         self._busy: set[str] = set()
         self._lock = threading.Lock()
         self._todo: queue.Queue[store.Due | None] = queue.Queue()
@@ -58,7 +60,10 @@ class WebhookSender(threading.Thread):
                     self.leading = leading
                 if not leading:
                     return
-                if store.fan_out(session) and leader.still_held(session, LEASE, self.holder, self.settings.lease_ttl_s):
+                self._steps += 1
+                taken = store.fan_out(session)
+                pruned = store.prune(session) if self._steps % PRUNE_EVERY == 1 else 0
+                if (taken or pruned) and leader.still_held(session, LEASE, self.holder, self.settings.lease_ttl_s):
                     session.commit()
                 session.rollback()
                 with self._lock:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import secrets as token_source
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import sqlalchemy as sa
 from sqlmodel import Session
@@ -19,6 +19,7 @@ from jobs.webhooks.models import Webhook, WebhookDelivery, WebhookEvent
 # The admin's webhooks hear every owner's events (api.auth.ADMIN_OWNER is the same name).
 ADMIN_OWNER = "admin"
 DELIVERIES_SHOWN = 100
+KEPT_DAYS = 7  # finished deliveries are shown (GET .../deliveries) this long, then removed
 
 
 class WebhookNotFound(job_lookup.JobNotFound):
@@ -131,3 +132,10 @@ def record_try(session: Session, delivery: WebhookDelivery, *, status: int | Non
                          next_at=now + timedelta(seconds=formats.retry_delay_s(tries)) if again else now,
                          delivered_at=now if ok else None))
     return state
+
+
+def prune(session: Session, now: datetime | None = None) -> int:
+    """Remove deliveries that ended more than KEPT_DAYS ago, in the caller's transaction; returns how many."""
+    before = (now or utcnow()) - timedelta(days=KEPT_DAYS)
+    return session.exec(sa.delete(WebhookDelivery).where(  # type: ignore[call-overload]
+        WebhookDelivery.status != "pending", WebhookDelivery.next_at < before)).rowcount

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -15,7 +15,7 @@ from cryptography.fernet import Fernet
 from sqlmodel import Session
 
 from jobs.db import get_engine, init_db
-from jobs.models import Job, Status
+from jobs.models import Job, Status, utcnow
 from jobs.settings import Settings
 from jobs.states import TransitionRefused, transition
 from jobs.webhooks import store
@@ -172,3 +172,16 @@ def test_a_receiver_that_never_answers_holds_up_no_other(hook_settings: Settings
     events = sorted((r.json["job"]["id"], r.json["type"]) for r in ok)
     assert events == sorted([(first, "job.started"), (first, "job.succeeded"), (second, "job.started"),
                              (second, "job.succeeded")])
+
+
+def test_finished_deliveries_are_kept_a_week_and_pending_ones_until_sent(hook_settings: Settings) -> None:
+    hook = _hook(hook_settings, "alice", "https://hooks.example.com/", ["job.failed"])
+    long_ago = utcnow() - timedelta(days=store.KEPT_DAYS + 1)
+    with _session(hook_settings) as session:
+        for i, (state, when) in enumerate([("delivered", long_ago), ("failed", long_ago), ("pending", long_ago),
+                                           ("delivered", utcnow())]):
+            session.add(WebhookDelivery(id=f"d{i}", webhook_id=hook, type="job.failed", at=when, status=state, next_at=when))
+        session.commit()
+        assert store.prune(session) == 2
+        session.commit()
+    assert sorted(d.id for d in _deliveries(hook_settings, hook)) == ["d2", "d3"]
