@@ -4,7 +4,11 @@ and a receiver that hangs holding up no other."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import socket
+import ssl
+import threading
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -185,3 +189,56 @@ def test_finished_deliveries_are_kept_a_week_and_pending_ones_until_sent(hook_se
         assert store.prune(session) == 2
         session.commit()
     assert sorted(d.id for d in _deliveries(hook_settings, hook)) == ["d2", "d3"]
+
+
+def _self_signed(tmp_path: Path) -> tuple[Path, Path]:
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(1).not_valid_before(utcnow() - timedelta(days=1)).not_valid_after(utcnow() + timedelta(days=1))
+            .sign(key, hashes.SHA256()))
+    cert_path, key_path = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return cert_path, key_path
+
+
+def test_a_name_is_resolved_once_and_the_request_still_names_it(tmp_path: Path, hook_settings: Settings,
+                                                                receiver: Receiver) -> None:
+    """The connection goes to the address that was checked; the Host header (http) and the TLS server name
+    (https) are still the URL's name, and a certificate the system does not trust is refused."""
+    settings = hook_settings.model_copy(update={"webhook_allow_hosts": ["localhost"]})
+    cert, key = _self_signed(tmp_path)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    names: list[str | None] = []
+    context.sni_callback = lambda sock, name, ctx: names.append(name)  # type: ignore[assignment, misc]
+    tls = socket.create_server(("127.0.0.1", 0))
+
+    def serve_tls() -> None:
+        conn, _ = tls.accept()
+        with contextlib.suppress(OSError), context.wrap_socket(conn, server_side=True):
+            pass
+
+    threading.Thread(target=serve_tls, daemon=True).start()
+    plain = _hook(settings, "alice", receiver.url("/named", host="localhost"), ["job.succeeded"])
+    secure = _hook(settings, "alice", f"https://localhost:{tls.getsockname()[1]}/hook", ["job.succeeded"])
+    sender = WebhookSender(settings)
+    sender.start()
+    try:
+        _run_to(settings, _job(settings), Status.SUCCEEDED)
+        wait_until(lambda: [d.status for d in _deliveries(settings, plain)] == ["delivered"], 60, what="the http delivery")
+        (failed,) = wait_until(lambda: [d for d in _deliveries(settings, secure) if d.tries >= 1] or None, 60,
+                               what="the https try")
+    finally:
+        sender.stop()
+        tls.close()
+    (got,) = receiver.accepted("/named").values()
+    assert got.headers["host"] == f"localhost:{receiver.port}"
+    assert names == ["localhost"] and failed.status == "pending" and "connection error" in (failed.last_error or "")
