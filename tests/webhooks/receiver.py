@@ -33,6 +33,7 @@ class Received:
 class Receiver:
     fail_first: dict[str, int] = field(default_factory=dict)  # path -> how many requests answer 500 first
     hang: set[str] = field(default_factory=set)  # paths that never answer (until close)
+    redirect: dict[str, str] = field(default_factory=dict)  # path -> where a 302 sends the client
     got: list[Received] = field(default_factory=list)
     released: threading.Event = field(default_factory=threading.Event)
 
@@ -47,10 +48,12 @@ class Receiver:
                     receiver.released.wait(300)
                     return
                 left = receiver.fail_first.get(self.path, 0)
-                code = 500 if left > 0 else 200
+                code = 302 if self.path in receiver.redirect else 500 if left > 0 else 200
                 receiver.fail_first[self.path] = left - 1
                 receiver.got.append(Received(self.path, {k.lower(): v for k, v in self.headers.items()}, body, time.time(), code))
                 self.send_response(code)
+                if code == 302:
+                    self.send_header("Location", receiver.redirect[self.path])
                 self.send_header("Content-Length", "0")
                 self.end_headers()
 

@@ -242,3 +242,13 @@ def test_a_name_is_resolved_once_and_the_request_still_names_it(tmp_path: Path, 
     (got,) = receiver.accepted("/named").values()
     assert got.headers["host"] == f"localhost:{receiver.port}"
     assert names == ["localhost"] and failed.status == "pending" and "connection error" in (failed.last_error or "")
+
+
+def test_a_redirect_is_not_followed(hook_settings: Settings, receiver: Receiver, sender: WebhookSender) -> None:
+    receiver.redirect["/moved"] = receiver.url("/elsewhere")
+    hook = _hook(hook_settings, "alice", receiver.url("/moved"), ["job.succeeded"])
+    _run_to(hook_settings, _job(hook_settings), Status.SUCCEEDED)
+    (row,) = wait_until(lambda: [d for d in _deliveries(hook_settings, hook) if d.status == "failed"] or None, 60,
+                        what="the delivery to end")
+    assert (row.tries, row.last_status) == (1, 302) and "redirect" in (row.last_error or "")
+    assert [r.path for r in receiver.got] == ["/moved"]
