@@ -13,6 +13,7 @@ import os
 import queue
 import socket
 import threading
+import time
 
 from sqlmodel import Session
 
@@ -37,6 +38,7 @@ class WebhookSender(threading.Thread):
         self.stopped = threading.Event()
         self.leading = False
         self._steps = 0
+        self._renew_at = 0.0
         self._busy: set[str] = set()
         self._lock = threading.Lock()
         self._todo: queue.Queue[store.Due | None] = queue.Queue()
@@ -54,7 +56,13 @@ class WebhookSender(threading.Thread):
     def step(self) -> None:
         try:
             with Session(get_engine(self.settings.database_url), expire_on_commit=False) as session:
-                leading = leader.hold(session, LEASE, self.holder, self.settings.lease_ttl_s)
+                # The lease is renewed a few times per TTL, not every period: an idle install writes almost nothing.
+                # Every write below checks it still holds (still_held), so a lapse in between costs nothing.
+                if time.monotonic() >= self._renew_at:
+                    leading = leader.hold(session, LEASE, self.holder, self.settings.lease_ttl_s)
+                    self._renew_at = time.monotonic() + self.settings.lease_ttl_s / 3
+                else:
+                    leading = self.leading
                 if leading != self.leading:
                     log.info("webhooks: %s the sender lease", "took" if leading else "lost")
                     self.leading = leading
@@ -101,7 +109,7 @@ class WebhookSender(threading.Thread):
         hook, delivery = item.hook, item.delivery
         try:
             secret = store.secret_of(hook, self.settings)
-        except (SecretsUnavailable, ValueError) as exc:
+        except SecretsUnavailable as exc:
             result = post.Result(None, f"cannot sign: {exc}", retry=True)
         else:
             result = post.send(self._client, hook, delivery, secret, self.settings, self.allow)

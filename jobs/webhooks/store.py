@@ -11,7 +11,7 @@ from sqlmodel import Session
 
 from jobs import job_lookup
 from jobs.models import new_job_id, utcnow
-from jobs.secrets import _cipher
+from jobs.secrets import seal, unseal
 from jobs.settings import Settings
 from jobs.webhooks import formats
 from jobs.webhooks.models import Webhook, WebhookDelivery, WebhookEvent
@@ -35,7 +35,7 @@ def create(session: Session, settings: Settings, owner: str, url: str, events: l
     without TORCHYARD_SECRETS_KEY: the secret must be kept, encrypted, for the sender to sign with."""
     plain = secret or token_source.token_urlsafe(32)
     row = Webhook(id=new_job_id(), owner=owner, url=url, events=sorted(set(events)), format=fmt,
-                  secret_token=_cipher(settings).encrypt(plain.encode()).decode())
+                  secret_token=seal(plain, settings))
     session.add(row)
     session.commit()
     session.refresh(row)
@@ -43,7 +43,7 @@ def create(session: Session, settings: Settings, owner: str, url: str, events: l
 
 
 def secret_of(row: Webhook, settings: Settings) -> str:
-    return _cipher(settings).decrypt(row.secret_token.encode()).decode()
+    return unseal(row.secret_token, settings)
 
 
 def _mine(owner: str) -> list[sa.ColumnElement[bool]]:
