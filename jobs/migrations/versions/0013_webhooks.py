@@ -1,7 +1,7 @@
 """Webhooks: the outbox of job and sweep events, the subscriptions, and their deliveries.
 
-Revision ID: 0011_webhooks
-Revises: 0010_sweeps
+Revision ID: 0013_webhooks
+Revises: 0012_attempt_error_message
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0011_webhooks"
-down_revision: str | None = "0010_sweeps"
+revision: str = "0013_webhooks"
+down_revision: str | None = "0012_attempt_error_message"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
