@@ -15,7 +15,7 @@ from api.job_reader import JobReader
 from api.key_cache import KeyCache
 from api.middleware import BodySizeLimit, RequestContext
 from api.observability import make_registry
-from api.routes import artifacts, code, health, hosts, jobs, keys, quotas, streams, sweeps, usage
+from api.routes import artifacts, code, health, hosts, jobs, keys, quotas, streams, sweeps, usage, webhooks
 from api.stream_slots import StreamSlots
 from client.version import VERSION
 from jobs import logconfig
@@ -23,6 +23,7 @@ from jobs.db import get_engine, init_db
 from jobs.queue import redis_client
 from jobs.reconciler import ReconcilerLoop
 from jobs.settings import Settings, get_settings
+from jobs.webhooks.sender import WebhookSender
 from trainer.pdeathsig import set_not_dumpable
 
 log = logging.getLogger(__name__)
@@ -43,7 +44,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # The API recovers lost jobs too, so they are found even while every worker is busy or gone.
         reconciler = ReconcilerLoop(settings, interval_s=max(1.0, settings.lease_ttl_s / 2))
         reconciler.start()
+        # Webhooks are sent from the API: it is up whenever jobs can change (workers may all be gone, or sit on
+        # hosts without a way out), and it holds the secrets key the signing secrets are stored under.
+        sender = WebhookSender(settings)
+        sender.start()
         yield
+        sender.stop()
         reconciler.stopped.set()
         await app.state.job_reader.close()
 
@@ -71,6 +77,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(quotas.router)
     app.include_router(sweeps.router)
     app.include_router(usage.router)
+    app.include_router(webhooks.router)
     code.install(app)
     dashboard.mount(app)
     methods.install(app)  # last: OPTIONS answered from every route above

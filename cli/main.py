@@ -14,7 +14,7 @@ Exit codes scripts can rely on:
   130  interrupted (Ctrl-C); a followed job keeps running
 
 The commands live in modules of their own (jobs, job_output, job_control, files, hosts, tensorboard, connect, keys,
-quota, usage, sweep); each registers on ``app`` when it is imported at the end of this one.
+quota, usage, sweep, webhooks); each registers on ``app`` when it is imported at the end of this one.
 """
 
 from __future__ import annotations
@@ -157,8 +157,10 @@ def main(
 from cli import jobs, job_output, job_control, files, hosts, usage, tensorboard, connect  # noqa: E402,F401
 from cli.keys import keys_app  # noqa: E402
 from cli.quota import quota_app  # noqa: E402
+from cli.webhooks import webhooks_app  # noqa: E402
 
 app.add_typer(keys_app, name="keys")
 app.add_typer(quota_app, name="quota")
+app.add_typer(webhooks_app, name="webhooks")
 from cli import sweep as _sweep  # noqa: E402,F401  (registers `torchyard sweep` and `torchyard sweeps` on the app)
 # isort: on

@@ -2,7 +2,8 @@
 raised as exceptions, cursors followed for you, and a live event stream that resumes itself.
 
 ``Client`` is assembled from one class per part of the API: jobs and their code bundles (client.jobs,
-client.code_bundles), live events (client.events), logs (client.logs) and file downloads (client.downloads);
+client.code_bundles), live events (client.events), logs (client.logs), file downloads (client.downloads) and
+webhooks (client.webhooks);
 the smaller parts (health, sweeps, hosts, quotas, keys) are here."""
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ from client.events import EventsApi
 from client.jobs import load_spec
 from client.logs import LogsApi
 from client.models import ApiKey, Host, Quota, UsageRow
+from client.webhooks import WebhooksApi
 
 
-class Client(EventsApi, LogsApi, DownloadsApi):
+class Client(EventsApi, LogsApi, DownloadsApi, WebhooksApi):
     """``Client(url, key)``; or ``Client.from_config()`` to read TORCHYARD_URL / TORCHYARD_API_KEY
     or ~/.config/torchyard/config.toml. Use as a context manager to close its connections."""
 

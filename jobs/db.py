@@ -27,6 +27,7 @@ from jobs import (
     models,  # noqa: F401  (registers the tables on SQLModel.metadata)
 )
 from jobs.settings import get_settings
+from jobs.webhooks import models as webhook_models  # noqa: F401  (and the webhook tables)
 
 log = logging.getLogger(__name__)
 

@@ -15,6 +15,7 @@ from jobs.clock import db_now
 from jobs.models import Lease
 
 SCHEDULER = "scheduler"
+WEBHOOKS = "webhooks"  # the webhook sender (jobs.webhooks.sender)
 
 
 def hold(session: Session, name: str, holder: str, ttl_s: float) -> bool:

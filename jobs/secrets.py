@@ -70,3 +70,16 @@ def load(session: Session, job_id: str, settings: Settings) -> dict[str, str]:
         return json.loads(_cipher(settings).decrypt(row.token.encode()))
     except InvalidToken:
         raise SecretsUnavailable("the job's secrets were stored under another TORCHYARD_SECRETS_KEY") from None
+
+
+def seal(text: str, settings: Settings) -> str:
+    """Encrypt one string (a webhook's signing secret) under the first key; SecretsUnavailable without a key."""
+    return _cipher(settings).encrypt(text.encode()).decode()
+
+
+def unseal(token: str, settings: Settings) -> str:
+    """The string ``seal`` encrypted; SecretsUnavailable without the key it was sealed under."""
+    try:
+        return _cipher(settings).decrypt(token.encode()).decode()
+    except InvalidToken:
+        raise SecretsUnavailable("stored under another TORCHYARD_SECRETS_KEY") from None

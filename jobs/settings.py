@@ -163,6 +163,18 @@ class Settings(BaseSettings):
                                                                   "long with a 'reconnect' message; clients resume with "
                                                                   "Last-Event-ID (events) or its position (logs).")
 
+    # Webhooks (jobs/webhooks/, docs/operations.md).
+    public_url: str | None = Field(None, description="The dashboard's address as people reach it (https://torchyard.example); "
+                                                     "slack webhook messages link to the job there. Unset: no link.")
+    webhook_allow_hosts: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="Comma list of host names and CIDRs webhooks may post to although they are "
+                                          "loopback, private, link-local or metadata addresses (every key's webhooks).")
+    webhook_max_tries: int = Field(12, ge=1, le=50, description="Tries of one delivery (the first and its retries, ~1 s "
+                                                                "apart, doubling, at most 10 min): 12 outlasts ~30 minutes down.")
+    webhook_timeout_s: float = Field(10.0, gt=0, le=120, description="Time limit of one webhook POST, connect to last byte.")
+    webhook_threads: int = Field(8, ge=1, le=128, description="Webhook POSTs in flight at once (at most one per webhook).")
+    webhook_poll_interval_s: float = Field(0.5, gt=0, le=60, description="How often the webhook sender looks for events.")
+
     @property
     def bundles_root(self) -> Path:
         return self.bundles_dir or self.runs_dir / ".bundles"
@@ -171,11 +183,18 @@ class Settings(BaseSettings):
     def venvs_root(self) -> Path:
         return self.venvs_dir or self.runs_dir / ".venvs"
 
-    @field_validator("worker_queues", "queues", "script_modules", mode="before")
+    @field_validator("worker_queues", "queues", "script_modules", "webhook_allow_hosts", mode="before")
     @classmethod
     def _split_list(cls, value: object) -> object:
         if isinstance(value, str):
             return [q.strip() for q in value.split(",") if q.strip()]
+        return value
+
+    @field_validator("webhook_allow_hosts")
+    @classmethod
+    def _valid_allow_hosts(cls, value: list[str]) -> list[str]:
+        from jobs.webhooks.ssrf import AllowList  # raises ValueError naming a malformed CIDR
+        AllowList.parse(value)
         return value
 
     @field_validator("job_uids", mode="before")

@@ -17,6 +17,7 @@ from sqlmodel import Session
 
 from jobs import limits
 from jobs.models import Job, Status, Transition, utcnow
+from jobs.webhooks import events
 
 log = logging.getLogger(__name__)
 
@@ -51,13 +52,16 @@ def transition(
     values: dict[str, Any] | None = None,
     owner: str | None = None,
     guard: Iterable[Any] = (),
+    preempted: bool = False,
 ) -> Job:
     """Move ``job_id`` to ``to`` if it is in one of ``expect`` (default: any state allowed to reach ``to``).
 
     Commits and returns the updated job; raises TransitionRefused when the guard does not hold.
     ``values`` are further columns set in the same UPDATE (SQL expressions allowed); ``guard`` further
-    conditions of it (a supervisor's fence: this attempt, this worker, a live lease).
+    conditions of it (a supervisor's fence: this attempt, this worker, a live lease). ``preempted``: a move back
+    to ``queued`` because the job was stopped to make room, which webhooks hear of as ``job.preempted``.
     """
+    kind = events.job_event(to, preempted=preempted)
     allowed_from = {s for s, targets in ALLOWED.items() if to in targets}
     if expect is not None:
         allowed_from &= set(expect)
@@ -82,8 +86,15 @@ def transition(
             update = update.values(placement=None)  # back in line: the next attempt gets a placement of its own
         result = session.exec(update)  # type: ignore[call-overload]
         if result.rowcount == 1:
-            attempt = session.exec(sa.select(Job.attempt).where(Job.id == job_id)).scalar_one()  # type: ignore[call-overload]
+            row = session.exec(sa.select(Job.attempt, Job.name, Job.error_type, Job.error_message)  # type: ignore[call-overload]
+                               .where(Job.id == job_id)).one()
+            attempt = row.attempt
             session.add(Transition(job_id=job_id, at=now, from_status=current, to_status=to.value, attempt=attempt, reason=reason))
+            if kind is not None:  # the webhook outbox: one insert, in this same transaction
+                events.record_job(session, kind, job_id=job_id, name=row.name, owner=seen.owner, status=to.value,
+                                  attempt=attempt, reason=reason,
+                                  error_type=row.error_type if to.terminal else None,
+                                  error_message=row.error_message if to.terminal else None)
             if (current == Status.QUEUED.value) != (to is Status.QUEUED):
                 limits.move_queued(session, seen.owner, 1 if to is Status.QUEUED else -1)
             session.commit()

@@ -142,12 +142,13 @@ class Verdicts:
 
         self.lease.db(record, "noting the attempt")
 
-    def _transition(self, to: Status, *, expect: list[Status], reason: str, values: dict[str, object] | None) -> Job:
+    def _transition(self, to: Status, *, expect: list[Status], reason: str, values: dict[str, object] | None,
+                    preempted: bool = False) -> Job:
         # What this attempt could not do for the job (event files it could not read) goes with how it ended.
         unreadable = self.found.tensorboard.unreadable
         reason = f"{reason}; {unreadable}" if unreadable else reason
         return self.lease.db(lambda: transition(self.session, self.job_id, to, expect=expect, reason=reason, values=values,
-                                           guard=self.lease.fence()),
+                                           guard=self.lease.fence(), preempted=preempted),
                         f"moving the job to {to.value}")
 
     def _finish(self, job: Job, to: Status, *, reason: str, outcome: str, exit_code: int | None = None) -> str:
@@ -174,7 +175,9 @@ class Verdicts:
         if error is not None:
             values.update(_error_values(error))
         try:
-            fresh = self._transition(Status.QUEUED, expect=[Status.RUNNING], reason=reason, values=values)
+            # Stopped to make room (a preemption, a stopping host, the scheduler's reclaim): webhooks hear job.preempted.
+            fresh = self._transition(Status.QUEUED, expect=[Status.RUNNING], reason=reason, values=values,
+                                     preempted=outcome_name == "preempted")
         except TransitionRefused as exc:
             log.warning("job %s: requeue refused (%s)", job.id, exc, extra=self.log_extra)
             return "requeue refused"

@@ -8,6 +8,7 @@ from alembic import context
 from sqlmodel import SQLModel
 
 from jobs import models  # noqa: F401  (registers the tables on SQLModel.metadata)
+from jobs.webhooks import models as webhook_models  # noqa: F401
 
 config = context.config
 target_metadata = SQLModel.metadata

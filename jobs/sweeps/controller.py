@@ -29,6 +29,7 @@ from jobs.states import TransitionRefused, transition
 from jobs.sweeps import asha
 from jobs.sweeps.sampling import params_of
 from jobs.sweeps.spec import SweepSpec, rank_key, trial_spec
+from jobs.webhooks import events as webhook_events
 from trainer.spec import spec_from_dict
 
 log = logging.getLogger(__name__)
@@ -284,8 +285,13 @@ def _sweep_pass(session: Session, redis: Redis, settings: Settings, sweep_row: S
                       message=None if ok else "no trial succeeded")
         log.info("sweep %s %s; best trial %s", sweep_row.id, values["status"], top.number if top else None)
     if values:
-        session.exec(sa.update(Sweep).where(Sweep.id == sweep_row.id, Sweep.status == "running")  # type: ignore[call-overload]
-                     .values(updated_at=utcnow(), **values))
+        moved = session.exec(sa.update(Sweep).where(Sweep.id == sweep_row.id, Sweep.status == "running")  # type: ignore[call-overload]
+                             .values(updated_at=utcnow(), **values)).rowcount == 1
+        if moved and "status" in values:
+            webhook_events.record_sweep(
+                session, sweep_id=sweep_row.id, name=sweep_row.name, owner=sweep_row.owner, status=values["status"],
+                message=values.get("message"), best_trial=values.get("best_trial", sweep_row.best_trial),
+                best_value=values.get("best_value", sweep_row.best_value))
         session.commit()
 
 

@@ -25,6 +25,7 @@ from jobs import cursors, job_control, job_lookup, submission
 from jobs.models import Job, Status, Sweep, SweepTrial, utcnow
 from jobs.sweeps.sampling import params_of
 from jobs.sweeps.spec import Choice, IntRange, SweepSpec, set_path, trial_spec
+from jobs.webhooks import events as webhook_events
 from trainer.spec import JobSpec, ScriptJobSpec, SpecLimits, SpecProblem, spec_from_dict, spec_problems
 
 log = logging.getLogger(__name__)
@@ -167,6 +168,9 @@ def cancel(session: Session, redis: Redis, owner: str, sweep_id: str) -> Sweep:
         raise job_control.JobConflict(f"sweep {sweep_id} is already {row.status}")
     done = session.exec(sa.update(Sweep).where(Sweep.id == sweep_id, Sweep.status == ACTIVE).values(  # type: ignore[call-overload]
         status="cancelled", finished_at=utcnow(), updated_at=utcnow(), message="cancelled by user")).rowcount == 1
+    if done:
+        webhook_events.record_sweep(session, sweep_id=sweep_id, name=row.name, owner=row.owner, status="cancelled",
+                                    message="cancelled by user", best_trial=row.best_trial, best_value=row.best_value)
     session.commit()
     if not done:
         raise job_control.JobConflict(f"sweep {sweep_id} finished meanwhile")

@@ -11,14 +11,17 @@ from typing import Any
 
 import httpx
 import pytest
+from cryptography.fernet import Fernet
 
 from jobs.settings import Settings
 from tests.chaos.conftest import assert_nothing_lost, attempts, faults, slow, spec, wait_step
 from tests.helpers import Services, wait_until
+from tests.webhooks.receiver import Receiver
 
 pytestmark = pytest.mark.slow
 
 TERMINAL = {"succeeded", "failed", "cancelled"}
+SECRET = "preemption-test-signing-secret"
 # Runs until its release file exists (or a minute passes); SIGTERM ends it like any job.
 HOLD = textwrap.dedent("""
     import os, pathlib, sys, time
@@ -61,20 +64,29 @@ def timeline(client: httpx.Client, job_id: str) -> list[tuple[str, str]]:
 
 
 def test_a_high_priority_job_preempts_a_low_one_that_resumes_from_its_checkpoint(services: Services, settings: Settings) -> None:
-    services.start_api()
+    services.start_api(TORCHYARD_SECRETS_KEY=Fernet.generate_key().decode(), TORCHYARD_WEBHOOK_ALLOW_HOSTS="127.0.0.1")
     services.start_worker("gpu-box", TORCHYARD_WORKER_GPUS="2", TORCHYARD_PREEMPT_MIN_RUNTIME_S="0", **faults(slow()))
+    receiver = Receiver()
     with services.client() as client:
+        hook = client.post("/v1/webhooks", json={"url": receiver.url("/"), "events": ["job.preempted"], "secret": SECRET})
+        assert hook.status_code == 201, hook.text
         low = client.post("/v1/jobs", json=spec(40, name="low", priority=10)).json()["id"]
         wait_step(services, client, low, 8)
         high = client.post("/v1/jobs", json=spec(10, name="high", priority=80)).json()["id"]
         back = services.wait_status(client, low, {"queued", *TERMINAL}, timeout_s=60)
         assert back["status"] == "queued" and f"preempted by job {high} (priority 80)" in back["waiting_reason"]
+        # Webhooks hear of it as job.preempted, once, signed.
+        wait_until(lambda: receiver.accepted("/") or None, 60, what="the job.preempted webhook")
         done_high = services.wait_status(client, high, TERMINAL, timeout_s=120)
         assert_nothing_lost(client, done_high, 10)
         done_low = services.wait_status(client, low, TERMINAL, timeout_s=120)
         assert_nothing_lost(client, done_low, 40)  # every step's loss stored exactly once across both attempts
         assert done_low["attempt"] == 2 and done_low["spec"]["retries"] == 0  # no retry was spent
         assert any(to == "queued" and f"preempted by job {high}" in why for to, why in timeline(client, low))
+        (got,) = receiver.accepted("/").values()
+        receiver.close()
+        assert got.signed_by(SECRET) and got.json["type"] == "job.preempted" and got.json["job"]["id"] == low
+        assert f"preempted by job {high}" in got.json["job"]["reason"]
         # The high job started before the low one came back.
         assert done_high["started_at"] < next(t["at"] for t in client.get(f"/v1/jobs/{low}").json()["transitions"]
                                               if t["to_status"] == "running" and t["attempt"] == 2)

@@ -9,8 +9,10 @@ from typing import Any
 
 import httpx
 import pytest
+from cryptography.fernet import Fernet
 
 from tests.helpers import Services, wait_until
+from tests.webhooks.receiver import Receiver
 
 pytestmark = pytest.mark.slow
 
@@ -76,13 +78,16 @@ def test_a_grid_of_four_catalog_trials_ends_with_four_succeeded_jobs(services: S
 
 def test_a_script_sweep_over_args_survives_a_restart_of_its_controller(services: Services) -> None:
     (services.settings.code_dir / "quad.py").write_text(SCRIPT)
-    services.start_api()
+    services.start_api(TORCHYARD_SECRETS_KEY=Fernet.generate_key().decode(), TORCHYARD_WEBHOOK_ALLOW_HOSTS="127.0.0.1")
     first = services.start_worker("box-a", TORCHYARD_WORKER_CPU_SLOTS="2")
+    receiver = Receiver()
     body = {"name": "quad", "method": "grid", "metric": "score", "mode": "max", "max_concurrent_trials": 2,
             "spec": {"kind": "script", "name": "quad", "entrypoint": "quad.py", "args": ["--sleep", "3"], "parallel": CPU,
                      "retries": 2},
             "space": {"args.--x": {"type": "choice", "values": [1, 2, 3, 4, 5]}}}
     with services.client() as client:
+        hook = client.post("/v1/webhooks", json={"url": receiver.url("/"), "events": ["sweep.finished"]})
+        assert hook.status_code == 201, hook.text
         sweep_id = client.post("/v1/sweeps", json=body).json()["id"]
         wait_until(lambda: len(jobs_of(client, sweep_id)) >= 2, 60, what="the first two trials")
         # The worker that leads both the scheduler and the sweep controller stops mid-sweep; another takes over.
@@ -103,6 +108,11 @@ def test_a_script_sweep_over_args_survives_a_restart_of_its_controller(services:
             json.dumps({"torchyard/sweep": sweep_id, "torchyard/trial": str(n)}, sort_keys=True) for n in range(5)}
         detail = client.get(f"/v1/jobs/{sweep['trials'][2]['job_id']}").json()
         assert detail["spec"]["args"] == ["--sleep", "3", "--x", "3"]
+        # The sweep's end reaches its owner's webhook once, across the controller's restart.
+        (got,) = wait_until(lambda: list(receiver.accepted("/").values()) or None, 60, what="the sweep.finished webhook")
+        receiver.close()
+        assert got.json["type"] == "sweep.finished" and got.signed_by(hook.json()["secret"])
+        assert got.json["sweep"]["id"] == sweep_id and got.json["sweep"]["status"] == "succeeded"
 
 
 def test_asha_of_nine_stops_the_losers_at_the_first_rung_and_promotes_the_best_from_their_checkpoints(
