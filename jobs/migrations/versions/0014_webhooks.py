@@ -1,7 +1,7 @@
 """Webhooks: the outbox of job and sweep events, the subscriptions, and their deliveries.
 
-Revision ID: 0013_webhooks
-Revises: 0012_attempt_error_message
+Revision ID: 0014_webhooks
+Revises: 0013_host_states
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0013_webhooks"
-down_revision: str | None = "0012_attempt_error_message"
+revision: str = "0014_webhooks"
+down_revision: str | None = "0013_host_states"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
