@@ -6,18 +6,26 @@ import csv
 import io
 import json
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Header, Query, Response
+from pydantic import BeforeValidator
 
 from api.auth import PrincipalDep
 from api.deps import SessionDep
-from api.errors import invalid
 from api.schemas import UsageOut
 from jobs import usage
 from jobs.models import utcnow
 
 router = APIRouter(tags=["usage"])
+
+
+def _iso_only(value: object) -> object:
+    """An ISO date or time only: pydantic would also read a bare number as seconds since 1970, which the
+    documented format (date-time) does not admit."""
+    if isinstance(value, str) and value.strip().lstrip("+-").replace(".", "", 1).isdigit():
+        raise ValueError("is not an ISO date or time (e.g. 2026-11-01 or 2026-11-01T12:00:00Z)")
+    return value
 
 CSV = "text/csv"
 
@@ -27,16 +35,14 @@ CSV = "text/csv"
             summary="GPU-hours and CPU-slot-hours per owner and/or day, from the attempts' placements and times "
                     "(a tenant sees its own)")
 def get_usage(principal: PrincipalDep, session: SessionDep,
-              start: Annotated[datetime | None, Query(alias="from", description="ISO time; all time when left out")] = None,
-              end: Annotated[datetime | None, Query(alias="to", description="ISO time; now when left out")] = None,
-              group_by: Annotated[str, Query(max_length=32, description="owner, day, or owner,day")] = "owner",
+              start: Annotated[datetime | None, BeforeValidator(_iso_only),
+                               Query(alias="from", description="ISO date or time; all time when left out")] = None,
+              end: Annotated[datetime | None, BeforeValidator(_iso_only),
+                             Query(alias="to", description="ISO date or time; now when left out")] = None,
+              group_by: Annotated[Literal["owner", "day", "owner,day", "day,owner"],
+                                  Query(description="owner, day, or owner,day")] = "owner",
               accept: Annotated[str | None, Header(include_in_schema=False)] = None) -> Response:
-    try:
-        groups = usage.parse_group_by(group_by)
-    except ValueError as exc:
-        raise invalid("query", "group_by", str(exc)) from None
-    if start is not None and end is not None and usage.as_utc(end) < usage.as_utc(start):
-        raise invalid("query", "to", "to: is before from")
+    groups = usage.parse_group_by(group_by)  # the Literal above admits only what it parses
     owner = None if principal.is_admin else principal.owner
     now = utcnow()
     rows = usage.summarize(usage.read_spans(session, owner, start, end), start, end, now, groups)
