@@ -15,7 +15,9 @@ EventType = Literal["job.started", "job.succeeded", "job.failed", "job.cancelled
 class WebhookCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    url: str = Field(..., min_length=1, max_length=2048, description="http:// or https:// address the events are POSTed to.")
+    url: str = Field(..., min_length=1, max_length=2048, pattern=r"^[Hh][Tt][Tt][Pp][Ss]?://",
+                     description="http:// or https:// address the events are POSTed to; loopback, private, link-local and "
+                                 "metadata addresses are refused unless TORCHYARD_WEBHOOK_ALLOW_HOSTS allows them.")
     events: list[EventType] = Field(..., min_length=1, max_length=6, description="Event types to send.")
     format: Literal["json", "slack"] = Field("json", description="json: the event object; slack: {\"text\": one line}.")
     secret: str | None = Field(None, min_length=16, max_length=256, pattern=r"^[^\x00-\x1f\x7f]+$",
