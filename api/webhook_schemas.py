@@ -9,7 +9,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from jobs.webhooks.models import Webhook, WebhookDelivery
 
-EventType = Literal["job.started", "job.succeeded", "job.failed", "job.cancelled", "job.preempted", "sweep.finished"]
+EventType = Literal["job.started", "job.succeeded", "job.failed", "job.cancelled", "job.preempted", "sweep.finished",
+                    "host.drained", "gpu.quarantined"]  # the last two reach the admin's webhooks only
 
 
 class WebhookCreate(BaseModel):
@@ -18,7 +19,7 @@ class WebhookCreate(BaseModel):
     url: str = Field(..., min_length=1, max_length=2048, pattern=r"^[Hh][Tt][Tt][Pp][Ss]?://",
                      description="http:// or https:// address the events are POSTed to; loopback, private, link-local and "
                                  "metadata addresses are refused unless TORCHYARD_WEBHOOK_ALLOW_HOSTS allows them.")
-    events: list[EventType] = Field(..., min_length=1, max_length=6, description="Event types to send.")
+    events: list[EventType] = Field(..., min_length=1, max_length=8, description="Event types to send.")
     format: Literal["json", "slack"] = Field("json", description="json: the event object; slack: {\"text\": one line}.")
     secret: str | None = Field(None, min_length=16, max_length=256, pattern=r"^[^\x00-\x1f\x7f]+$",
                                description="Signing secret; generated when omitted. Shown only in this answer.")

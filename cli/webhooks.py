@@ -9,7 +9,7 @@ import typer
 from cli.main import _echo_json, _settings, console, handles_errors
 
 webhooks_app = typer.Typer(help="Post job and sweep events to a URL (signed; see docs/api.md).", no_args_is_help=True)
-EVENTS = "job.started, job.succeeded, job.failed, job.cancelled, job.preempted, sweep.finished"
+EVENTS = "job.started, job.succeeded, job.failed, job.cancelled, job.preempted, sweep.finished, host.drained, gpu.quarantined"
 
 
 def _events(values: list[str]) -> list[str]:

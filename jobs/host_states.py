@@ -17,6 +17,7 @@ from sqlmodel import Session
 from jobs import stops
 from jobs.hosts import holdings, quarantined  # noqa: F401 - quarantined: read with the states it keeps
 from jobs.models import Host, HostEvent, HostGpu, utcnow
+from jobs.webhooks import events
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +33,7 @@ def drain_stop_reason(host_id: str, reason: str) -> str:
 def record(session: Session, host_id: str, kind: str, actor: str, reason: str | None = None, gpu: int | None = None) -> None:
     session.add(HostEvent(host_id=host_id, at=utcnow(), kind=kind, gpu=gpu, reason=reason[:1000] if reason else reason,
                           actor=actor[:64]))
+    events.record_host(session, kind, host_id=host_id, actor=actor, reason=reason, gpu=gpu)  # committed with the change
 
 
 def drain(session: Session, host_id: str, reason: str, actor: str) -> list[str] | None:

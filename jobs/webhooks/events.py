@@ -11,7 +11,11 @@ from jobs.webhooks.models import WebhookEvent
 
 JOB_STARTED, JOB_SUCCEEDED, JOB_FAILED = "job.started", "job.succeeded", "job.failed"
 JOB_CANCELLED, JOB_PREEMPTED, SWEEP_FINISHED = "job.cancelled", "job.preempted", "sweep.finished"
-TYPES = (JOB_STARTED, JOB_SUCCEEDED, JOB_FAILED, JOB_CANCELLED, JOB_PREEMPTED, SWEEP_FINISHED)
+HOST_DRAINED, GPU_QUARANTINED = "host.drained", "gpu.quarantined"  # the admin's webhooks only
+TYPES = (JOB_STARTED, JOB_SUCCEEDED, JOB_FAILED, JOB_CANCELLED, JOB_PREEMPTED, SWEEP_FINISHED, HOST_DRAINED, GPU_QUARANTINED)
+# A host's history kinds (jobs/host_states.py) that are sent; an undrain or a clear is not news to page anyone about.
+_BY_HOST_KIND = {"drain": HOST_DRAINED, "quarantine": GPU_QUARANTINED}
+HOSTS_OWNER = "admin"  # host events belong to no tenant: owned by the admin's name, only the admin's webhooks hear them
 
 _BY_STATUS = {Status.RUNNING: JOB_STARTED, Status.SUCCEEDED: JOB_SUCCEEDED, Status.FAILED: JOB_FAILED,
               Status.CANCELLED: JOB_CANCELLED}
@@ -33,6 +37,14 @@ def record_job(session: Session, kind: str, *, job_id: str, name: str | None, ow
     session.add(WebhookEvent(type=kind, owner=owner, payload={"job": {
         "id": job_id, "name": name, "owner": owner, "status": status, "attempt": attempt, "error": error,
         "reason": reason}}))
+
+
+def record_host(session: Session, kind: str, *, host_id: str, actor: str, reason: str | None, gpu: int | None) -> None:
+    """Add the outbox row of a drain or a quarantine (a host history ``kind``) to the caller's transaction."""
+    event = _BY_HOST_KIND.get(kind)
+    if event is not None:
+        session.add(WebhookEvent(type=event, owner=HOSTS_OWNER, payload={"host": {
+            "id": host_id, "gpu": gpu, "state": "quarantined" if gpu is not None else "draining", "reason": reason, "by": actor}}))
 
 
 def record_sweep(session: Session, *, sweep_id: str, name: str, owner: str, status: str, message: str | None,

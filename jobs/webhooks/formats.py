@@ -34,6 +34,8 @@ def json_body(delivery_id: str, kind: str, at: datetime, payload: dict[str, Any]
 
 def slack_body(kind: str, payload: dict[str, Any], public_url: str | None) -> dict[str, Any]:
     """One line a Slack incoming webhook shows as is: what, whose, how it ended, why, and where to look."""
+    if "host" in payload:
+        return {"text": _host_line(payload["host"], public_url)}
     subject = payload.get("job") or payload.get("sweep") or {}
     what = "sweep" if "sweep" in payload else "job"
     line = f"{what} {subject.get('name') or subject.get('id')} ({subject.get('owner')}): {subject.get('status')}"
@@ -48,6 +50,13 @@ def slack_body(kind: str, payload: dict[str, Any], public_url: str | None) -> di
         page = "sweeps" if what == "sweep" else "jobs"
         line += f" <{public_url.rstrip('/')}/#/{page}/{subject.get('id')}|open>"
     return {"text": line}
+
+
+def _host_line(host: dict[str, Any], public_url: str | None) -> str:
+    gpu = host.get("gpu")
+    line = f"host {host.get('id')}" + (f" GPU {gpu}: quarantined" if gpu is not None else ": draining")
+    line += f" ({str(host.get('reason') or '')[:300]}) by {host.get('by')}"
+    return line + (f" <{public_url.rstrip('/')}/#/hosts|open>" if public_url else "")
 
 
 def encode(body: dict[str, Any]) -> bytes:

@@ -252,3 +252,22 @@ def test_a_redirect_is_not_followed(hook_settings: Settings, receiver: Receiver,
                         what="the delivery to end")
     assert (row.tries, row.last_status) == (1, 302) and "redirect" in (row.last_error or "")
     assert [r.path for r in receiver.got] == ["/moved"]
+
+
+def test_a_drain_and_a_quarantine_reach_the_admin_s_webhooks_only(hook_settings: Settings) -> None:
+    from jobs import hosts
+    from jobs.host_states import drain, record
+
+    admin = _hook(hook_settings, "admin", "https://hooks.example.com/ops", ["host.drained", "gpu.quarantined"])
+    tenant = _hook(hook_settings, "alice", "https://hooks.example.com/alice", ["host.drained", "gpu.quarantined"])
+    with _session(hook_settings) as session:
+        hosts.register(session, hosts.Inventory(id="gpu-a", gpus=(0, 1), cpu_slots=2, queues=("default",)))
+        assert drain(session, "gpu-a", "swap the PSU", "admin") == []
+        record(session, "gpu-a", "quarantine", "device-fault", "2 device faults: uncorrectable ECC error", gpu=1)
+        record(session, "gpu-a", "undrain", "admin")  # not sent
+        session.commit()
+        store.fan_out(session)
+        session.commit()
+    sent = sorted((d.type, d.payload["host"]["gpu"], d.payload["host"]["reason"]) for d in _deliveries(hook_settings, admin))
+    assert sent == [("gpu.quarantined", 1, "2 device faults: uncorrectable ECC error"), ("host.drained", None, "swap the PSU")]
+    assert _deliveries(hook_settings, tenant) == []
