@@ -55,11 +55,13 @@ def webhooks_list(ctx: typer.Context, as_json: Annotated[bool, typer.Option("--j
     console.print(table)
 
 
+WebhookIdArg = Annotated[str, typer.Argument(help="Webhook id.", show_default=False)]
+
 @webhooks_app.command("rm")
 @handles_errors
 def webhooks_remove(
     ctx: typer.Context,
-    webhook_id: Annotated[str, typer.Argument(help="Webhook id.", show_default=False)],
+    webhook_id: WebhookIdArg,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Remove a webhook; nothing more is posted for it."""
@@ -74,7 +76,7 @@ def webhooks_remove(
 @handles_errors
 def webhooks_deliveries(
     ctx: typer.Context,
-    webhook_id: Annotated[str, typer.Argument(help="Webhook id.", show_default=False)],
+    webhook_id: WebhookIdArg,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """The webhook's latest deliveries, newest first: event, status, tries, last HTTP status and error."""
