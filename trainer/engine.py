@@ -23,7 +23,7 @@ from trainer.exit_codes import PAUSE_AT_ENV, PAUSED_PHASE, PREEMPTED_EXIT_CODE
 from trainer.metrics import MetricsReporter
 from trainer.models import build_model
 from trainer.optim import build_optimizer, build_scheduler
-from trainer.parallel import Parallelized, compile_enabled, grad_scaler, parallelize, reshard
+from trainer.parallel import Parallelized, compile_enabled, grad_scaler, parallelize, reshard, start_background_imports
 from trainer.preemption import StopSignal, pause_step
 from trainer.profiling import StepProfiler
 from trainer.spec import JobSpec
@@ -84,6 +84,8 @@ def run(spec: JobSpec, run_dir: Path, rank: RankInfo, data_dir: Path | None) -> 
     stop = StopSignal(rank.world_size, control_group)
     events.status("starting", world_size=rank.world_size, strategy=spec.parallel.strategy, device=rank.device.type)
 
+    compiled = compile_enabled(spec, rank.device)
+    start_background_imports(compiled)
     torch.manual_seed(t.seed)  # identical init on every rank (FSDP shards what each rank built)
     phases.mark("events")
     bundle = build_dataset(spec.data.name, spec.data.args, data_dir)
@@ -91,7 +93,6 @@ def run(spec: JobSpec, run_dir: Path, rank: RankInfo, data_dir: Path | None) -> 
     model = build_model(spec.model.name, spec.model.args, bundle.info)
     flops = _flops_per_sample(model, spec, bundle.info)
     phases.mark("model")
-    compiled = compile_enabled(spec, rank.device)
     wrapped = parallelize(model, rank, spec, bundle.info.task)
     phases.mark("parallelize")
     net = wrapped.model

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 from dataclasses import dataclass
 
 import torch
@@ -153,6 +154,25 @@ def compile_enabled(spec: JobSpec, device: torch.device) -> bool:
     if spec.train.compile is not None:
         return spec.train.compile
     return device.type == "cuda" and spec.parallel.pipeline is None and spec.parallel.tensor == 1
+
+
+def start_background_imports(compiled: bool) -> threading.Thread:
+    """Import Dynamo (2 s: the first optimizer any job builds imports it) and, for a compiled job, Inductor (2 s more)
+    on a thread, while the rank builds its data and model and moves them to the device in torch ops that release the
+    GIL. A failure here is left to the main thread's own import, which raises it where it belongs."""
+
+    def load() -> None:
+        try:
+            import torch._dynamo  # noqa: F401
+
+            if compiled:
+                import torch._inductor.compile_fx  # noqa: F401
+        except Exception:  # noqa: BLE001
+            log.debug("importing ahead of use failed; the main thread imports it when it needs it", exc_info=True)
+
+    thread = threading.Thread(target=load, name="background-imports", daemon=True)
+    thread.start()
+    return thread
 
 
 def parallelize(model: nn.Module, rank: RankInfo, spec: JobSpec, task: str = "classification") -> Parallelized:

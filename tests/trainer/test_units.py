@@ -93,6 +93,22 @@ def test_synthetic_sets_are_seeded() -> None:
     assert img.info == DataInfo("classification", (1, 8, 8), 10)
 
 
+def test_synthetic_lm_at_a_real_vocabulary_is_a_learnable_chain() -> None:
+    # GPT-2's vocabulary, and the catalog's largest: a dense vocab x vocab chain was 10 GB at 50,304 and could not
+    # be allocated at 1,000,000; the set is a few successors per token.
+    for vocab in (50_304, 1_000_000):
+        bundle = build_dataset("synthetic-lm", {"samples": 64, "eval_samples": 0, "vocab_size": vocab, "seq_len": 128}, None)
+        x, y = bundle.train.get_batch(torch.arange(64))
+        assert int(x.max()) < vocab and torch.equal(x[:, 1:], y[:, :-1])
+        # Learnable: after a token only a handful of tokens ever follow (a uniform draw would give ~all distinct).
+        pairs = torch.stack([x.flatten(), y.flatten()], 1).tolist()
+        followers: dict[int, set[int]] = {}
+        for a, b in pairs:
+            followers.setdefault(a, set()).add(b)
+        assert max(len(s) for s in followers.values()) <= 8
+        assert len(set(x.flatten().tolist())) > 1000  # and the walks visit much of the vocabulary
+
+
 @pytest.mark.parametrize("suffix", [".pt", ".npz", ".safetensors"])
 def test_tensor_files_under_the_data_root(tmp_path: Path, suffix: str) -> None:
     x, y = torch.randn(40, 6), torch.randint(0, 3, (40,))
