@@ -21,7 +21,7 @@ from trainer.distributed import RankInfo
 from trainer.events import EventWriter
 from trainer.exit_codes import PAUSE_AT_ENV, PAUSED_PHASE, PREEMPTED_EXIT_CODE
 from trainer.metrics import MetricsReporter
-from trainer.models import build_model
+from trainer.models import build_model, full_args, model_spec
 from trainer.optim import build_optimizer, build_scheduler
 from trainer.parallel import Parallelized, compile_enabled, grad_scaler, parallelize, reshard, start_background_imports
 from trainer.preemption import StopSignal, pause_step
@@ -64,13 +64,11 @@ def shard_footprint(net: nn.Module, optimizer: torch.optim.Optimizer, rank: Rank
 
 
 def _flops_per_sample(model: nn.Module, spec: JobSpec, info) -> float | None:
-    """Training FLOPs per sequence for gpt (6N + attention, as in the PaLM appendix) for MFU."""
-    if spec.model.name != "gpt":
+    """Training FLOPs per sample, where the model's SPEC knows them (gpt), for MFU."""
+    known = model_spec(spec.model.name)
+    if known is None or known.flops_per_sample is None:
         return None
-    n_params = sum(p.numel() for p in model.parameters())
-    a = spec.model.args
-    layers, width, seq = a.get("n_layer", 2), a.get("n_embd", 128), info.input_shape[0]
-    return (6 * n_params + 12 * layers * width * seq) * seq
+    return known.flops_per_sample(model, full_args(spec.model.name, spec.model.args), info)
 
 
 def run(spec: JobSpec, run_dir: Path, rank: RankInfo, data_dir: Path | None) -> int:

@@ -228,3 +228,40 @@ def test_train_compile_unset_compiles_on_cuda_only(compile_: bool | None, device
         job["train"]["compile"] = compile_
     job["parallel"].update(extra, device=device)
     assert compile_enabled(parse_spec(job), torch.device(device)) is expected
+
+
+@pytest.mark.parametrize("name", sorted(catalog.MODELS))
+def test_each_catalog_model_has_one_spec_that_agrees_with_its_contract(name: str) -> None:
+    # The catalog (the torch-free contract the API checks) says which models a pipeline or tensor parallelism
+    # accepts; the model's SPEC says how. A model added to one and not the other fails here, not in a job.
+    from trainer.models import full_args, model_spec
+
+    entry, known = catalog.MODELS[name], model_spec(name)
+    assert known is not None and known.name == name
+    info = {"gpt": DataInfo("lm", (8,), 16), "mlp": DataInfo("classification", (6,), 3)}.get(
+        name, DataInfo("classification", (3, 16, 16), 4))
+    args = full_args(name, {"block_size": 8} if name == "gpt" else {})
+    model = known.build(args, info)
+    assert (entry.pipeline_blocks is None) == (known.pipeline is None)
+    if known.pipeline is not None:
+        blocks = getattr(model, known.pipeline.blocks)
+        assert isinstance(blocks, torch.nn.ModuleDict) and len(blocks) == args[entry.pipeline_blocks]
+        assert all(hasattr(model, a) for a in known.pipeline.first + known.pipeline.last)
+    assert (entry.tensor_heads is None) == (known.tensor_plan is None)
+    for block in model_blocks(model) if known.tensor_plan else []:
+        assert all(isinstance(block.get_submodule(sub), torch.nn.Linear) for sub in known.tensor_plan)
+
+
+def test_mfu_flops_come_from_the_model_spec_with_the_catalogs_defaults() -> None:
+    # Left out of the spec, n_layer and n_embd are the catalog's defaults (2 and 128), as the model was built with.
+    from trainer.engine import _flops_per_sample
+    from trainer.spec import parse_spec
+
+    job = parse_spec({"name": "mfu", "model": {"name": "gpt", "args": {"block_size": 16}},
+                      "data": {"name": "synthetic-lm", "args": {"samples": 16, "seq_len": 16, "vocab_size": 32}}})
+    info = DataInfo("lm", (16,), 32)
+    model = build_model("gpt", {"block_size": 16}, info)
+    n = sum(p.numel() for p in model.parameters())
+    assert _flops_per_sample(model, job, info) == (6 * n + 12 * 2 * 128 * 16) * 16
+    mlp = parse_spec({"name": "mfu", "model": {"name": "mlp"}, "data": {"name": "synthetic-classification"}})
+    assert _flops_per_sample(build_model("mlp", {}, DataInfo("classification", (32,), 10)), mlp, info) is None

@@ -13,7 +13,7 @@ from trainer.distributed import RankInfo
 from trainer.model_parallel.mesh import build_mesh, data_rank
 from trainer.model_parallel.pipeline import build_pipeline
 from trainer.model_parallel.tensor import apply_tensor_parallel
-from trainer.models import model_blocks
+from trainer.models import full_args, model_blocks, model_spec
 from trainer.spec import JobSpec
 
 log = logging.getLogger(__name__)
@@ -35,6 +35,9 @@ def apply_model_parallel(model: nn.Module, rank: RankInfo, spec: JobSpec, task: 
     dp_mesh = mesh["dp"]
     dp = dp_mesh.size()
     strategy = spec.parallel.strategy
+    # spec_rules admits only models whose catalog entry names pipeline blocks or tensor heads; their SPEC says how.
+    model_knows = model_spec(spec.model.name)
+    assert model_knows is not None
     log.info("model-parallel mesh %s %s, %s over dp", tuple(mesh.shape), mesh.mesh_dim_names, strategy if dp > 1 else "nothing")
     if spec.parallel.pipeline is not None:
         def wrap(part: nn.Module) -> nn.Module:
@@ -48,10 +51,12 @@ def apply_model_parallel(model: nn.Module, rank: RankInfo, spec: JobSpec, task: 
 
             return replicate(part, mesh=dp_mesh)
 
-        pipe = build_pipeline(model, spec, mesh, rank.device, task, wrap)
+        assert model_knows.pipeline is not None
+        pipe = build_pipeline(model, model_knows.pipeline, spec, mesh, rank.device, task, wrap)
         return {"model": pipe.model, "strategy": f"{strategy}+pp", "mesh": mesh, "data_rank": data_rank(rank, mesh), "pipeline": pipe}
     model.to(rank.device)
-    apply_tensor_parallel(model, mesh["tp"])
+    assert model_knows.tensor_plan is not None
+    apply_tensor_parallel(model, mesh["tp"], model_knows.tensor_plan)
     if dp > 1:
         _fsdp(model, dp_mesh, spec)
     return {"model": model, "strategy": f"{strategy}+tp" if dp > 1 else "tp", "mesh": mesh, "data_rank": data_rank(rank, mesh),
@@ -63,8 +68,8 @@ def eval_forward(wrapped: Any, x: torch.Tensor, spec: JobSpec) -> torch.Tensor |
     before the last, tensor-parallel ranks but the first: they hold the same output as their leader)."""
     pipe = wrapped.pipeline
     if pipe is not None:
-        a = spec.model.args
-        shape = (x.shape[0], x.shape[1], a.get("n_embd", 128)) if spec.model.name == "gpt" else (x.shape[0], a.get("hidden", 256))
+        layout = model_spec(spec.model.name).pipeline
+        shape = layout.activation(full_args(spec.model.name, spec.model.args), tuple(x.shape))
         return pipe.forward(x, shape, torch.float32)
     out = wrapped.model(x)
     return out if wrapped.tp_leader else None

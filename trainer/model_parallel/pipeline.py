@@ -20,52 +20,50 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
 
 from trainer import tasks
+from trainer.models.spec import PipelineLayout
 
 _SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
-# Whole-model attributes that live on the first stage (inputs) and on the last stage (outputs).
-_FIRST = {"gpt": ("wte", "wpe"), "mlp": ()}
-_LAST = {"gpt": ("ln_f", "lm_head"), "mlp": ("head",)}
-_BLOCKS = {"gpt": "h", "mlp": "hidden"}
 
 
-def _prune(model: nn.Module, name: str, keep: list[str], first: bool, last: bool) -> nn.Module:
+def _drop_ends(part: nn.Module, layout: PipelineLayout, first: bool, last: bool) -> None:
+    for attr in () if first else layout.first:
+        setattr(part, attr, None)
+    for attr in () if last else layout.last:
+        setattr(part, attr, None)
+
+
+def _prune(model: nn.Module, layout: PipelineLayout, keep: list[str], first: bool, last: bool) -> nn.Module:
     """A copy of ``model`` with only the blocks named in ``keep``, and its ends only where it has them."""
     part = copy.deepcopy(model)
-    blocks: nn.ModuleDict = getattr(part, _BLOCKS[name])
+    blocks: nn.ModuleDict = getattr(part, layout.blocks)
     for key in list(blocks.keys()):
         if key not in keep:
             del blocks[key]
-    for attr in () if first else _FIRST[name]:
-        setattr(part, attr, None)
-    for attr in () if last else _LAST[name]:
-        setattr(part, attr, None)
+    _drop_ends(part, layout, first, last)
     return part
 
 
-def _view(owner: nn.Module, name: str, keep: list[str], first: bool, last: bool) -> nn.Module:
+def _view(owner: nn.Module, layout: PipelineLayout, keep: list[str], first: bool, last: bool) -> nn.Module:
     """A module of the owner's class over the owner's own submodules (shared parameters): one chunk of a rank
     that runs two (interleaved_1f1b), while the owner holds both for the optimizer and the checkpoint."""
     part = copy.copy(owner)
     part.__dict__ = {**owner.__dict__, "_modules": dict(owner._modules), "_parameters": dict(owner._parameters),
                      "_buffers": dict(owner._buffers)}
-    blocks: nn.ModuleDict = getattr(owner, _BLOCKS[name])
-    setattr(part, _BLOCKS[name], nn.ModuleDict({k: blocks[k] for k in keep}))
-    for attr in () if first else _FIRST[name]:
-        setattr(part, attr, None)
-    for attr in () if last else _LAST[name]:
-        setattr(part, attr, None)
+    blocks: nn.ModuleDict = getattr(owner, layout.blocks)
+    setattr(part, layout.blocks, nn.ModuleDict({k: blocks[k] for k in keep}))
+    _drop_ends(part, layout, first, last)
     return part
 
 
-def split_model(model: nn.Module, name: str, chunks: int, mine: list[int]) -> tuple[nn.Module, list[nn.Module]]:
+def split_model(model: nn.Module, layout: PipelineLayout, chunks: int, mine: list[int]) -> tuple[nn.Module, list[nn.Module]]:
     """(this rank's model: the blocks of its chunks, with whole-model names; one module per chunk, sharing it)."""
-    keys = list(getattr(model, _BLOCKS[name]).keys())
+    keys = list(getattr(model, layout.blocks).keys())
     per = len(keys) // chunks
     runs = {c: keys[c * per:(c + 1) * per] for c in mine}
-    owner = _prune(model, name, [k for c in mine for k in runs[c]], 0 in mine, chunks - 1 in mine)
+    owner = _prune(model, layout, [k for c in mine for k in runs[c]], 0 in mine, chunks - 1 in mine)
     if len(mine) == 1:
         return owner, [owner]
-    return owner, [_view(owner, name, runs[c], c == 0, c == chunks - 1) for c in mine]
+    return owner, [_view(owner, layout, runs[c], c == 0, c == chunks - 1) for c in mine]
 
 
 @dataclass
@@ -120,7 +118,7 @@ class Pipeline:
         return h if self.is_last else None
 
 
-def build_pipeline(model: nn.Module, spec: Any, mesh: DeviceMesh, device: torch.device, task: str,
+def build_pipeline(model: nn.Module, layout: PipelineLayout, spec: Any, mesh: DeviceMesh, device: torch.device, task: str,
                    wrap: Any) -> Pipeline:
     """Split the model for this rank, wrap each chunk for data parallelism (``wrap``) and make the schedule."""
     opts = spec.parallel.pipeline
@@ -129,7 +127,7 @@ def build_pipeline(model: nn.Module, spec: Any, mesh: DeviceMesh, device: torch.
     interleaved = opts.schedule == "interleaved_1f1b"
     chunks = pp_size * (2 if interleaved else 1)
     stage_ids = list(range(pp_rank, chunks, pp_size))
-    owner, chunk_modules = split_model(model, spec.model.name, chunks, stage_ids)
+    owner, chunk_modules = split_model(model, layout, chunks, stage_ids)
     owner.to(device)
     parts = [wrap(part) for part in chunk_modules]
     group = pp_mesh.get_group()

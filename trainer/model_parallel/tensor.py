@@ -1,28 +1,24 @@
-"""Tensor parallelism for gpt with DTensor ``parallelize_module`` (Megatron-style, as torchtitan plans it).
+"""Tensor parallelism with DTensor ``parallelize_module`` (Megatron-style, as torchtitan plans it).
 
-In each block, q, k, v and the MLP's first layer are split column-wise (each rank computes its heads and its
-slice of the hidden width) and the attention and MLP output projections row-wise (partial sums all-reduced
-back to a replicated activation): two all-reduces per block in forward, two in backward. Embeddings, norms
-and the head stay replicated, so the input and the logits are whole on every rank.
+Each block's submodules are split column- or row-wise as the model's ``SPEC.tensor_plan`` says (trainer/models/gpt.py:
+q, k, v and the MLP's first layer by columns, the output projections by rows, partial sums all-reduced back to a
+replicated activation). Embeddings, norms and the head stay replicated, so the input and the logits are whole on
+every rank.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
-BLOCK_PLAN = {
-    "attn.q": ColwiseParallel(),
-    "attn.k": ColwiseParallel(),
-    "attn.v": ColwiseParallel(),
-    "attn.proj": RowwiseParallel(),
-    "mlp.fc": ColwiseParallel(),
-    "mlp.proj": RowwiseParallel(),
-}
+_STYLES = {"colwise": ColwiseParallel, "rowwise": RowwiseParallel}
 
 
-def apply_tensor_parallel(model: nn.Module, tp_mesh: DeviceMesh) -> None:
-    """Shard every block of a gpt over ``tp_mesh`` in place; parameter names do not change."""
+def apply_tensor_parallel(model: nn.Module, tp_mesh: DeviceMesh, plan: Mapping[str, str]) -> None:
+    """Shard every block over ``tp_mesh`` in place by the model's plan; parameter names do not change."""
+    block_plan = {name: _STYLES[style]() for name, style in plan.items()}
     for block in model.blocks():
-        parallelize_module(block, tp_mesh, BLOCK_PLAN)
+        parallelize_module(block, tp_mesh, block_plan)

@@ -7,7 +7,7 @@ and that activation checkpointing recomputes. Plugins register a callable
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import importlib
 from importlib.metadata import entry_points
 from typing import Any
 
@@ -15,26 +15,28 @@ from torch import nn
 
 from trainer import catalog
 from trainer.data.base import DataInfo
-from trainer.models.mlp import build_mlp
+from trainer.models.spec import ModelSpec
 
-Builder = Callable[[dict[str, Any], DataInfo], nn.Module]
+_MODULES = {"mlp": "trainer.models.mlp", "cnn": "trainer.models.cnn", "resnet": "trainer.models.resnet",
+            "vit": "trainer.models.vit", "gpt": "trainer.models.gpt"}
 
 
-def _builders() -> dict[str, Builder]:
-    # Imported lazily so a job only pays for the model it trains.
-    from trainer.models.cnn import build_cnn
-    from trainer.models.gpt import build_gpt
-    from trainer.models.resnet import build_resnet
-    from trainer.models.vit import build_vit
+def model_spec(name: str) -> ModelSpec | None:
+    """The catalog model's ``SPEC`` (imported on demand, so a job pays only for the model it trains); None for a plugin."""
+    module = _MODULES.get(name)
+    return importlib.import_module(module).SPEC if module else None
 
-    return {"mlp": build_mlp, "cnn": build_cnn, "resnet": build_resnet, "vit": build_vit, "gpt": build_gpt}
+
+def full_args(name: str, args: dict[str, Any]) -> dict[str, Any]:
+    """A catalog model's arguments with the catalog's defaults filled in; a plugin's as given."""
+    return catalog.validate_args(catalog.MODELS[name], args) if name in catalog.MODELS else dict(args)
 
 
 def build_model(name: str, args: dict[str, Any], info: DataInfo) -> nn.Module:
     """Build a catalog (or plugin) model for data described by ``info``."""
-    if name in catalog.MODELS:
-        full = catalog.validate_args(catalog.MODELS[name], args)
-        return _builders()[name](full, info)
+    spec = model_spec(name)
+    if spec is not None:
+        return spec.build(full_args(name, args), info)
     for ep in entry_points(group=catalog.MODEL_ENTRY_POINT_GROUP):
         if ep.name == name:
             model = ep.load()(dict(args), info)

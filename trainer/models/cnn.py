@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from trainer.data.base import DataInfo
+from trainer.models.spec import ModelSpec
 
 
 class ConvBlock(nn.Sequential):
@@ -42,3 +43,6 @@ class CNN(nn.Module):
 def build_cnn(args: dict[str, Any], info: DataInfo) -> nn.Module:
     c, h, _ = info.input_shape
     return CNN(c, h, info.num_outputs, args["channels"], args["blocks"])
+
+
+SPEC = ModelSpec(name="cnn", build=build_cnn)

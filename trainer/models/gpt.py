@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from trainer.data.base import DataInfo
+from trainer.models.spec import ModelSpec, PipelineLayout
 
 
 class CausalSelfAttention(nn.Module):
@@ -102,4 +103,23 @@ class GPT(nn.Module):
 
 def build_gpt(args: dict[str, Any], info: DataInfo) -> nn.Module:
     return GPT(info.num_outputs, args["block_size"], args["n_layer"], args["n_head"], args["n_embd"], args["dropout"], args["bias"],
-               args.get("tie_embeddings", True))
+               args["tie_embeddings"])
+
+
+def flops_per_sample(model: nn.Module, args: dict[str, Any], info: DataInfo) -> float:
+    """Training FLOPs per sequence: 6N plus attention's 12 x layers x width x seq per token (the PaLM appendix)."""
+    n_params = sum(p.numel() for p in model.parameters())
+    seq = info.input_shape[0]
+    return (6 * n_params + 12 * args["n_layer"] * args["n_embd"] * seq) * seq
+
+
+SPEC = ModelSpec(
+    name="gpt",
+    build=build_gpt,
+    pipeline=PipelineLayout(blocks="h", first=("wte", "wpe"), last=("ln_f", "lm_head"), activation=lambda a, x: (x[0], x[1], a["n_embd"])),
+    # q, k, v and the MLP's first layer split by columns (each rank its heads, its slice of the hidden width), the
+    # attention and MLP output projections by rows (partial sums all-reduced): two all-reduces a block each way.
+    tensor_plan={"attn.q": "colwise", "attn.k": "colwise", "attn.v": "colwise", "attn.proj": "rowwise",
+                 "mlp.fc": "colwise", "mlp.proj": "rowwise"},
+    flops_per_sample=flops_per_sample,
+)

@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from trainer.data.base import DataInfo
+from trainer.models.spec import ModelSpec, PipelineLayout
 
 
 class MLP(nn.Module):
@@ -34,3 +35,7 @@ class MLP(nn.Module):
 
 def build_mlp(args: dict[str, Any], info: DataInfo) -> nn.Module:
     return MLP(math.prod(info.input_shape), info.num_outputs, args["hidden"], args["layers"], args["dropout"])
+
+
+SPEC = ModelSpec(name="mlp", build=build_mlp,
+                 pipeline=PipelineLayout(blocks="hidden", first=(), last=("head",), activation=lambda a, x: (x[0], a["hidden"])))

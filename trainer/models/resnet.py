@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from trainer.data.base import DataInfo
+from trainer.models.spec import ModelSpec
 
 
 class BasicBlock(nn.Module):
@@ -53,3 +54,6 @@ class ResNet(nn.Module):
 
 def build_resnet(args: dict[str, Any], info: DataInfo) -> nn.Module:
     return ResNet(info.input_shape[0], info.num_outputs, args["width"], list(args["blocks_per_stage"]))
+
+
+SPEC = ModelSpec(name="resnet", build=build_resnet)

@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from trainer.data.base import DataInfo
+from trainer.models.spec import ModelSpec
 
 
 class Attention(nn.Module):
@@ -65,3 +66,6 @@ class ViT(nn.Module):
 def build_vit(args: dict[str, Any], info: DataInfo) -> nn.Module:
     c, h, _ = info.input_shape
     return ViT(c, h, info.num_outputs, args["patch_size"], args["dim"], args["depth"], args["heads"], args["mlp_ratio"])
+
+
+SPEC = ModelSpec(name="vit", build=build_vit)
