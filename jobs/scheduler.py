@@ -11,7 +11,6 @@ puts it back in line, and a job placed twice is impossible (the move from queued
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections import defaultdict
 from collections.abc import Iterable
@@ -26,7 +25,7 @@ from sqlmodel import Session
 
 from jobs import dependencies, host_states, leader, stops
 from jobs.clock import db_now
-from jobs.db import get_engine
+from jobs.lease_loop import LeaseLoop
 from jobs.models import Attempt, ErrorType, Job, Status, utcnow
 from jobs.schedule_view import QueuedRow, View, read_view
 from jobs.scheduling import DEFAULT_MIN_RUNTIME_S, Decision, NodePlacement, Placement, Preemption, QueuedJob, Reservation, Waiting, schedule
@@ -320,24 +319,17 @@ def nudge_wait_s(left_s: float) -> float:
     return min(max(left_s, 0.01), 1.0)
 
 
-class SchedulerLoop(threading.Thread):
-    """Runs in every worker process: the one holding the lease passes every ``interval_s``, the others stand by."""
+class SchedulerLoop(LeaseLoop):
+    """Runs in every worker process: the one holding the lease passes every ``interval_s``, or at once after a
+    submission's nudge; the others stand by."""
 
     def __init__(self, settings: Settings, holder: str, redis: Redis, interval_s: float | None = None):
-        super().__init__(name="torchyard-scheduler", daemon=True)
-        self.settings, self.holder, self.redis = settings, holder, redis
-        self.interval_s = interval_s if interval_s is not None else settings.poll_interval_s
-        self.stopped = threading.Event()
-        self.leading = False
+        super().__init__(settings, leader.SCHEDULER, holder,
+                         interval_s if interval_s is not None else settings.poll_interval_s, what="scheduler")
+        self.redis = redis
         self.reservations: tuple[Reservation, ...] = ()
 
-    def run(self) -> None:
-        while not self.stopped.is_set():
-            self._wait()
-            if not self.stopped.is_set():
-                self.step()
-
-    def _wait(self) -> None:
+    def wait(self) -> None:
         """Until the next pass: a nudge (a submission) or the interval, whichever comes first. Only the leader
         listens, so the nudge reaches the process that passes."""
         deadline = time.monotonic() + self.interval_s
@@ -349,34 +341,16 @@ class SchedulerLoop(threading.Thread):
                 break
         self.stopped.wait(max(0.0, deadline - time.monotonic()))
 
-    def step(self) -> None:
-        """Take or renew the lease, and pass if it is ours. Called once before the loop starts, so the first
-        leader is known (and says so) before its worker reports ready."""
-        try:
-            with Session(get_engine(self.settings.database_url), expire_on_commit=False) as session:
-                leading = leader.hold(session, leader.SCHEDULER, self.holder, self.settings.lease_ttl_s)
-                if leading != self.leading:
-                    log.info("scheduler: %s the leader lease", "took" if leading else "lost")
-                    self.leading = leading
-                    self.reservations = ()  # a new leader plans afresh; running jobs asked to stop stay asked
-                if leading:
-                    started = time.monotonic()
-                    report = run_pass(session, self.redis, self.settings, self.holder, reservations=self.reservations)
-                    self.reservations = report.reservations
-                    if report.placed:
-                        log.info("scheduler: placed %d job(s) in %.0f ms; %d waiting", len(report.placed),
-                                 1000 * (time.monotonic() - started), report.waiting)
-        except Exception:  # noqa: BLE001 - the loop must outlive a passing database or Redis outage
-            log.exception("scheduler pass failed")
+    def lead_changed(self) -> None:
+        self.reservations = ()  # a new leader plans afresh; running jobs asked to stop stay asked
 
-    def stop(self) -> None:
-        self.stopped.set()
-        if self.leading:
-            try:
-                with Session(get_engine(self.settings.database_url)) as session:
-                    leader.release(session, leader.SCHEDULER, self.holder)
-            except Exception:  # noqa: BLE001 - a standby takes over one lease later instead
-                log.warning("scheduler: could not release the leader lease")
+    def lead(self, session: Session) -> None:
+        started = time.monotonic()
+        report = run_pass(session, self.redis, self.settings, self.holder, reservations=self.reservations)
+        self.reservations = report.reservations
+        if report.placed:
+            log.info("scheduler: placed %d job(s) in %.0f ms; %d waiting", len(report.placed),
+                     1000 * (time.monotonic() - started), report.waiting)
 
 
 def queued_in_order(session: Session, owner: str | None, limit: int = 1000) -> list[dict[str, Any]]:

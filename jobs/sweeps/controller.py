@@ -12,7 +12,6 @@ stops or submits nothing twice.
 from __future__ import annotations
 
 import logging
-import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,8 +20,8 @@ from redis import Redis
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session
 
-from jobs import leader, limits, scheduler, stops, submission
-from jobs.db import get_engine
+from jobs import limits, scheduler, stops, submission
+from jobs.lease_loop import LeaseLoop
 from jobs.models import Job, MetricPoint, Status, Sweep, SweepTrial, utcnow
 from jobs.settings import Settings
 from jobs.states import TransitionRefused, transition
@@ -312,30 +311,15 @@ def run_pass(session: Session, redis: Redis, settings: Settings) -> int:
     return len(sweeps)
 
 
-class SweepLoop(threading.Thread):
+class SweepLoop(LeaseLoop):
     """Runs in every worker process beside the scheduler: the holder of the ``sweeps`` lease passes every
     ``interval_s``; the others stand by."""
 
     def __init__(self, settings: Settings, holder: str, redis: Redis, interval_s: float | None = None):
-        super().__init__(name="torchyard-sweeps", daemon=True)
-        self.settings, self.holder, self.redis = settings, holder, redis
-        self.interval_s = interval_s if interval_s is not None else settings.poll_interval_s
-        self.stopped = threading.Event()
-        self.leading = False
+        super().__init__(settings, LEASE, holder, interval_s if interval_s is not None else settings.poll_interval_s,
+                         what="sweeps")
+        self.redis = redis
 
-    def run(self) -> None:
-        while not self.stopped.wait(self.interval_s):
-            self.step()
-
-    def step(self) -> None:
-        try:
-            with Session(get_engine(self.settings.database_url), expire_on_commit=False) as session:
-                leading = leader.hold(session, LEASE, self.holder, self.settings.lease_ttl_s)
-                if leading != self.leading:
-                    log.info("sweeps: %s the controller lease", "took" if leading else "lost")
-                    self.leading = leading
-                if leading:
-                    run_pass(session, self.redis, self.settings)
-        except Exception:  # noqa: BLE001 - the loop must outlive a passing database or Redis outage
-            log.exception("sweep pass failed")
+    def lead(self, session: Session) -> None:
+        run_pass(session, self.redis, self.settings)
 

@@ -13,12 +13,12 @@ import os
 import queue
 import socket
 import threading
-import time
 
 from sqlmodel import Session
 
 from jobs import leader
 from jobs.db import get_engine
+from jobs.lease_loop import LeaseLoop
 from jobs.secrets import SecretsUnavailable
 from jobs.settings import Settings
 from jobs.webhooks import post, store
@@ -29,16 +29,13 @@ LEASE = leader.WEBHOOKS
 PRUNE_EVERY = 1000  # steps between removals of old finished deliveries (about 8 minutes at the default period)
 
 
-class WebhookSender(threading.Thread):
+class WebhookSender(LeaseLoop):
     def __init__(self, settings: Settings):
-        super().__init__(name="torchyard-webhooks", daemon=True)
-        self.settings = settings
-        self.holder = f"{socket.gethostname()}:{os.getpid()}:webhooks"
+        # The lease is renewed a few times per TTL, not every period: an idle install writes almost nothing.
+        super().__init__(settings, LEASE, f"{socket.gethostname()}:{os.getpid()}:webhooks",
+                         settings.webhook_poll_interval_s, what="webhooks", renew_every_s=settings.lease_ttl_s / 3)
         self.allow = AllowList.parse(settings.webhook_allow_hosts)
-        self.stopped = threading.Event()
-        self.leading = False
         self._steps = 0
-        self._renew_at = 0.0
         self._busy: set[str] = set()
         self._lock = threading.Lock()
         self._todo: queue.Queue[store.Due | None] = queue.Queue()
@@ -49,40 +46,21 @@ class WebhookSender(threading.Thread):
         for t in self._posters:
             t.start()
 
-    def run(self) -> None:
-        while not self.stopped.wait(self.settings.webhook_poll_interval_s):
-            self.step()
-
-    def step(self) -> None:
-        try:
-            with Session(get_engine(self.settings.database_url), expire_on_commit=False) as session:
-                # The lease is renewed a few times per TTL, not every period: an idle install writes almost nothing.
-                # Every write below checks it still holds (still_held), so a lapse in between costs nothing.
-                if time.monotonic() >= self._renew_at:
-                    leading = leader.hold(session, LEASE, self.holder, self.settings.lease_ttl_s)
-                    self._renew_at = time.monotonic() + self.settings.lease_ttl_s / 3
-                else:
-                    leading = self.leading
-                if leading != self.leading:
-                    log.info("webhooks: %s the sender lease", "took" if leading else "lost")
-                    self.leading = leading
-                if not leading:
-                    return
-                self._steps += 1
-                taken = store.fan_out(session)
-                pruned = store.prune(session) if self._steps % PRUNE_EVERY == 1 else 0
-                if (taken or pruned) and leader.still_held(session, LEASE, self.holder, self.settings.lease_ttl_s):
-                    session.commit()
-                session.rollback()
-                with self._lock:
-                    free = self.settings.webhook_threads - len(self._busy)
-                    found = store.due(session, set(self._busy), free) if free > 0 else []
-                    self._busy.update(d.hook.id for d in found)
-                session.commit()
-            for item in found:
-                self._todo.put(item)
-        except Exception:  # noqa: BLE001 - the loop must outlive a passing database outage
-            log.exception("webhook sender pass failed")
+    def lead(self, session: Session) -> None:
+        # Every write below checks the lease still holds (still_held), so a lapse between renewals costs nothing.
+        self._steps += 1
+        taken = store.fan_out(session)
+        pruned = store.prune(session) if self._steps % PRUNE_EVERY == 1 else 0
+        if (taken or pruned) and leader.still_held(session, LEASE, self.holder, self.settings.lease_ttl_s):
+            session.commit()
+        session.rollback()
+        with self._lock:
+            free = self.settings.webhook_threads - len(self._busy)
+            found = store.due(session, set(self._busy), free) if free > 0 else []
+            self._busy.update(d.hook.id for d in found)
+        session.commit()
+        for item in found:
+            self._todo.put(item)
 
     def _post_loop(self) -> None:
         while (item := self._todo.get()) is not None:
@@ -128,10 +106,5 @@ class WebhookSender(threading.Thread):
         self.stopped.set()
         for _ in self._posters:
             self._todo.put(None)
-        if self.leading:
-            try:
-                with Session(get_engine(self.settings.database_url)) as session:
-                    leader.release(session, LEASE, self.holder)
-            except Exception:  # noqa: BLE001 - a standby takes over one lease later instead
-                log.warning("webhooks: could not release the sender lease")
+        super().stop()
         self._client.close()

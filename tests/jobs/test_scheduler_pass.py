@@ -161,7 +161,7 @@ def test_a_wait_with_under_a_millisecond_left_returns_on_time(settings: Settings
     loop.leading = True  # only the leader waits on the nudge list
     for _ in range(20):
         started = time.monotonic()
-        waiter = threading.Thread(target=loop._wait, daemon=True)
+        waiter = threading.Thread(target=loop.wait, daemon=True)
         waiter.start()
         waiter.join(5)
         assert not waiter.is_alive(), "the scheduler's wait blocked past its interval"
