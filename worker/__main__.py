@@ -73,11 +73,14 @@ def main(argv: list[str] | None = None) -> None:
     scheduler = SchedulerLoop(settings, holder=name, redis=redis)
     scheduler.step()
     scheduler.start()
-    SweepLoop(settings, holder=name, redis=redis).start()  # sweeps' trials, under a lease of their own
+    sweeps = SweepLoop(settings, holder=name, redis=redis)  # sweeps' trials, under a lease of their own
+    sweeps.start()
+
     def leave() -> None:
         if health is not None:
             health.stop()
         scheduler.stop()
+        sweeps.stop()
         host.stop()
 
     try:
