@@ -83,14 +83,15 @@ def record_fault(session: Session, gpus: Iterable[tuple[str, int]], line: str, l
     return quarantined
 
 
-def met_before(session: Session, job_id: str, attempt: int, gpus: Sequence[tuple[str, int]]) -> bool:
-    """Whether an earlier attempt of the job already met a device fault on one of ``gpus``: a job goes back in line
-    without spending a retry once per GPU, so a fault that follows the job spends its retries."""
+def faulted_before(session: Session, job_id: str, attempt: int) -> frozenset[tuple[str, int]]:
+    """(host, GPU) of the placements of the job's attempts before ``attempt`` that met a device fault: a job goes back
+    in line without spending a retry once per GPU, so a fault that follows the job spends its retries."""
+    if attempt <= 1:
+        return frozenset()
     rows = session.exec(sa.select(Attempt.placement).where(  # type: ignore[call-overload]
         Attempt.job_id == job_id, Attempt.attempt < attempt, Attempt.error_type == ErrorType.DEVICE_FAULT.value)).all()
     session.commit()
-    seen = {(n["host"], g) for (placement,) in rows for n in placement or [] for g in n.get("gpus") or ()}
-    return bool(seen & set(gpus))
+    return frozenset((n["host"], g) for (placement,) in rows for n in placement or [] for g in n.get("gpus") or ())
 
 
 def record_success(session: Session, gpus: Iterable[tuple[str, int]]) -> None:

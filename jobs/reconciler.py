@@ -37,7 +37,7 @@ from jobs.hosts import read_hosts
 from jobs.models import Attempt, ErrorType, Job, Status, utcnow
 from jobs.retention import expire_run_dirs
 from jobs.settings import Settings
-from jobs.states import TransitionRefused, transition
+from jobs.states import TransitionRefused, loss_forgiven, requeue, transition, worker_losses
 
 log = logging.getLogger(__name__)
 
@@ -100,27 +100,20 @@ def _recover_one(session: Session, redis: Redis, report: Report, max_worker_loss
         transition(session, job_id, Status.CANCELLED, expect=[Status.CANCELLING], reason=f"cancelled; {lost}",
                    values={"attempt": Job.attempt + 1}, guard=guard)
         report.cancelled.append(job_id)
-    elif worker_losses(session, job_id) <= max_worker_losses:
-        transition(session, job_id, Status.QUEUED, expect=[Status.RUNNING], reason=f"{lost}; requeued",
-                   values={**_lost_values(lost), "max_attempts": Job.max_attempts + 1}, guard=guard)
+    elif loss_forgiven(worker_losses(session, job_id, attempt), max_worker_losses):
+        requeue(session, job_id, reason=f"{lost}; requeued", spend_retry=False, guard=guard, values=_lost_values(lost))
         report.requeued.append(job_id)
     else:
+        # Bumping the attempt is what fences the old supervisor out (its heartbeat is keyed on it).
         transition(session, job_id, Status.FAILED, expect=[Status.RUNNING],
-                   reason=f"{lost}; {max_worker_losses} workers lost already", values=_lost_values(lost),
+                   reason=f"{lost}; {max_worker_losses} workers lost already",
+                   values={**_lost_values(lost), "worker_id": None, "lease_expires_at": None, "attempt": Job.attempt + 1},
                    guard=guard)
         report.failed.append(job_id)
 
 
 def _lost_values(message: str) -> dict[str, object]:
-    # Bumping the attempt is what fences the old supervisor out (its heartbeat is keyed on it).
-    return {"error_type": ErrorType.WORKER_LOST.value, "error_message": message, "worker_id": None,
-            "lease_expires_at": None, "attempt": Job.attempt + 1}
-
-
-def worker_losses(session: Session, job_id: str) -> int:
-    """Attempts of the job that ended with a lost worker (or, for a multi-node job, a lost node)."""
-    query = sa.select(sa.func.count()).select_from(Attempt).where(Attempt.job_id == job_id, Attempt.outcome == "lost")
-    return session.exec(query).scalar_one()  # type: ignore[call-overload]
+    return {"error_type": ErrorType.WORKER_LOST.value, "error_message": message}
 
 
 def _close_attempt(session: Session, job_id: str, attempt: int, lost: str) -> None:
@@ -151,9 +144,7 @@ def _requeue_unstarted(session: Session, report: Report, job_id: str, status: st
                    values={"attempt": Job.attempt + 1}, guard=guard)
         report.cancelled.append(job_id)
         return
-    transition(session, job_id, Status.QUEUED, expect=[Status.RUNNING], reason=f"{why}; requeued", guard=guard,
-               values={"attempt": Job.attempt + 1, "max_attempts": Job.max_attempts + 1, "worker_id": None,
-                       "lease_expires_at": None})
+    requeue(session, job_id, reason=f"{why}; requeued", spend_retry=False, guard=guard)
     report.requeued.append(job_id)
 
 

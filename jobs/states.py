@@ -3,7 +3,8 @@
 Each change is one guarded UPDATE (``WHERE id = :id AND status = :seen``) plus a row in
 the transitions table (and, into or out of ``queued``, a move of the owner's counter for the
 queued-job cap, jobs.limits), in one transaction, so an API cancel, a worker finish and the
-reconciler can race without clobbering each other: exactly one of them wins.
+reconciler can race without clobbering each other: exactly one of them wins. ``requeue`` is the one way
+back in line for a new attempt, and ``loss_forgiven`` the one rule for how many lost workers a job survives.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import sqlalchemy as sa
 from sqlmodel import Session
 
 from jobs import limits
-from jobs.models import Job, Status, Transition, utcnow
+from jobs.models import Attempt, Job, Status, Transition, utcnow
 from jobs.webhooks import events
 
 log = logging.getLogger(__name__)
@@ -105,3 +106,33 @@ def transition(
         # Someone else changed the status between our read and our write: read again.
         session.rollback()
     raise TransitionRefused(job_id, None, to)
+
+
+def requeue(session: Session, job_id: str, *, reason: str, spend_retry: bool, guard: Iterable[Any] = (),
+            values: dict[str, Any] | None = None, preempted: bool = False) -> Job:
+    """Move a running job back to ``queued`` for its next attempt; raises TransitionRefused like ``transition``.
+
+    The attempt number goes up, which fences out the attempt that ends (every write of its supervisor names it), and the
+    job lets its worker and lease go. ``spend_retry`` False gives the retry back (``max_attempts`` grows with the
+    attempt): what ended it was not the job's fault. ``values``: further columns (the error, a hold, a new spec)."""
+    moved: dict[str, Any] = {"attempt": Job.attempt + 1, "worker_id": None, "lease_expires_at": None, **(values or {})}
+    if not spend_retry:
+        moved["max_attempts"] = Job.max_attempts + 1
+    return transition(session, job_id, Status.QUEUED, expect=[Status.RUNNING], reason=reason, values=moved,
+                      guard=guard, preempted=preempted)
+
+
+def loss_forgiven(earlier_losses: int, max_worker_losses: int) -> bool:
+    """Whether a lost worker (or node) puts the job back in line without spending a retry: the first
+    ``max_worker_losses`` losses of a job are; the one after them fails it (a job that keeps taking its host down).
+    ``earlier_losses``: the job's attempts lost before the one being judged (``worker_losses``)."""
+    return earlier_losses < max_worker_losses
+
+
+def worker_losses(session: Session, job_id: str, before_attempt: int) -> int:
+    """The job's attempts before ``before_attempt`` that ended with a lost worker (or, for a multi-node job, a lost node)."""
+    if before_attempt <= 1:
+        return 0
+    query = sa.select(sa.func.count()).select_from(Attempt).where(
+        Attempt.job_id == job_id, Attempt.attempt < before_attempt, Attempt.outcome == "lost")
+    return session.exec(query).scalar_one()  # type: ignore[call-overload, no-any-return]

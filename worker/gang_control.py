@@ -12,6 +12,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from worker import node as nodes
 from worker import outcome
+from worker.launch import NodeLaunch
 from worker.lease import Lease
 
 log = logging.getLogger(__name__)
@@ -25,6 +26,21 @@ class Gang:
         self.nnodes = 1
         # The scheduler's placement of the adopted attempt: one entry per node.
         self.placement: list[dict[str, object]] | None = None
+
+    def meet(self) -> NodeLaunch | None:
+        """Where the gang meets (torchrun's rendezvous on this host), published for the other nodes: once the endpoint
+        is in SQL they start their ranks. None for a one-node attempt."""
+        if self.nnodes <= 1:
+            return None
+        lease = self.lease
+        assert lease.attempt is not None
+        endpoint = nodes.rendezvous_endpoint(lease.settings)
+        node = nodes.node_launch(lease.settings, lease.job_id, lease.attempt, self.nnodes, 0, endpoint)
+        lease.db(lambda: nodes.say(lease.session, lease.job_id, lease.attempt, lease.worker_id, nodes.ENDPOINT, endpoint),  # type: ignore[arg-type]
+                 "publishing the rendezvous endpoint")
+        log.info("job %s attempt %d: gang of %d meets at %s", lease.job_id, lease.attempt, self.nnodes, endpoint,
+                 extra=lease.log_extra)
+        return node
 
     def stop(self) -> None:
         """Tell the other nodes to stop their ranks now (a checkpoint on SIGTERM is a collective of every node)."""
