@@ -45,7 +45,7 @@ def _job(session: Session, name: str) -> str:
 
 
 def _supervisor_ingest(session: Session, job_id: str, tail: EventTail, batch: int) -> int:
-    # The same as worker.supervisor.Supervisor._ingest.
+    # The same as worker.intake.Intake.store.
     events = tail.read()
     stored = sum(ingest_events(session, job_id, events[i:i + batch]) for i in range(0, len(events), batch))
     tail.ack()  # only once stored: a failed commit is read again
