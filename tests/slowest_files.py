@@ -1,9 +1,10 @@
 """Every run ends with its slowest test files, so the next file that eats the suite's time budget shows.
 
 A file's time is the sum of its tests' setup, call and teardown (module fixtures land on the test that started
-or ended them). Under pytest-xdist the workers' reports reach the controller through the same hook, so the
-controller, the one process that prints, adds them up; a worker prints nothing. The table comes before pytest's
-short summary and its final line, which stays the last line of the run.
+or ended them); a subtest's time is already in its test's call, so it is not added again (schemathesis reports each
+operation it runs as a subtest). Under pytest-xdist the workers' reports reach the controller through the same hook,
+so the controller, the one process that prints, adds them up; a worker prints nothing. The table comes before
+pytest's short summary and its final line, which stays the last line of the run.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 import pytest
+from _pytest.subtests import SubtestReport
 
 SHOWN = 20
 
@@ -31,6 +33,8 @@ class SlowestFiles:
 
     @pytest.hookimpl
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if isinstance(report, SubtestReport):
+            return  # a part of its test's call, whose own report already holds its time
         self.times[file_of(report.nodeid)] += report.duration
 
     @pytest.hookimpl

@@ -11,11 +11,12 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from _pytest.subtests import SubtestContext, SubtestReport
 from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.helpers import ROOT
-from tests.slowest_files import SHOWN, file_of, slowest
+from tests.slowest_files import SHOWN, SlowestFiles, file_of, slowest
 
 # The slow file's time is in its fixture's setup and teardown as well as its tests' calls: all of it counts.
 SLOW = textwrap.dedent('''
@@ -75,3 +76,19 @@ def test_slowest_is_the_longest_first_and_at_most_twenty(times: dict[str, float]
 def test_a_file_is_its_node_ids_path() -> None:
     assert file_of("tests/x/test_y.py::Case::test_z[a::b]") == "tests/x/test_y.py"
     assert file_of("tests/x/test_y.py") == "tests/x/test_y.py"
+
+
+def test_a_subtests_time_is_counted_once_in_its_tests_call() -> None:
+    """A subtest's report repeats part of its test's call: the file's time is the test's, not their sum."""
+
+    def report(kind: type[pytest.TestReport], when: str, duration: float) -> pytest.TestReport:
+        made = kind("tests/x/test_y.py::test_z", ("tests/x/test_y.py", 1, "test_z"), {}, "passed", None, when, duration=duration)
+        if isinstance(made, SubtestReport):
+            made.context = SubtestContext(msg="GET /v1/jobs", kwargs={})
+        return made
+
+    plugin = SlowestFiles()
+    for made in (report(pytest.TestReport, "setup", 1.0), report(SubtestReport, "call", 2.0), report(SubtestReport, "call", 3.0),
+                 report(pytest.TestReport, "call", 5.5), report(pytest.TestReport, "teardown", 0.5)):
+        plugin.pytest_runtest_logreport(made)
+    assert plugin.times == {"tests/x/test_y.py": 7.0}

@@ -104,11 +104,13 @@ def test_tensorboard_profiler_and_system_metrics(services: Services, tmp_path: P
 # ------------------------------------------------------------------ MLflow
 
 
-@pytest.fixture
-def mlflow_server(tmp_path: Path) -> Iterator[str]:
+@pytest.fixture(scope="module")
+def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """One server for the module (it takes most of a minute to start on a busy machine): each test logs to an
+    experiment of its own and reads back only that experiment's runs."""
     if mlflow_command() is None:
         pytest.skip("mlflow is not installed (pip install -e '.[test]' installs it)")
-    with start_mlflow_server(tmp_path) as url:
+    with start_mlflow_server(tmp_path_factory.mktemp("mlflow")) as url:
         yield url
 
 

@@ -3,9 +3,12 @@ worker that reads the TensorBoard event files of a script that logs with ``torch
 ``tensorboard`` in its own ``requirements``: the job's metrics show its scalars. And a worker that cannot read
 event files says so on the job, not only in its own log.
 
-The README's environment is built once per pyproject.toml, Makefile, checkout and Python (several minutes: torch
-alone is hundreds of MB, from pip's cache) and kept under ``TORCHYARD_TEST_CACHE`` (default
-``~/.cache/torchyard-tests``) for later runs; a change to any of them builds a new one."""
+The README's environment takes several minutes to build (torch alone is hundreds of MB), so it is kept under
+``TORCHYARD_TEST_CACHE`` (default ``~/.cache/torchyard-tests``) and reused by every later run on the machine, a fresh
+clone's included, for as long as what decides its content is unchanged: the commands ``make install`` runs (the
+Makefile's install targets, as make expands them), pyproject.toml and the ``python3`` the venv is made from. A change
+to any of them builds a new one the README's way. The checkout is not part of it: the worker imports the service
+from the checkout under test (``PYTHONPATH``), whichever checkout the environment's editable install names."""
 
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -47,38 +51,65 @@ def _cache_root() -> Path:
     return Path(os.environ.get("TORCHYARD_TEST_CACHE") or Path.home() / ".cache" / "torchyard-tests")
 
 
+KEPT = 3  # environments kept, the most recently used: about a GB each
+
+
+def _readme_env() -> dict[str, str]:
+    """The test's environment without its own virtual environment: a shell where the README's steps start."""
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH") and not k.startswith("TORCHYARD_")}
+    env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if not p.startswith(sys.prefix))
+    return env
+
+
+def install_key(root: Path, env: dict[str, str]) -> str:
+    """What decides the environment's content: the commands ``make install`` runs (make expands the Makefile's
+    install targets and their variables, so a change elsewhere in the Makefile builds nothing), pyproject.toml, and
+    the ``python3`` the README's ``python3 -m venv`` finds."""
+    commands = subprocess.run(["make", "-n", "--no-print-directory", "-C", str(root), "install"], env=env,
+                              capture_output=True, text=True, check=True).stdout
+    python = subprocess.run(["python3", "-c", "import sys; print(sys.version, sys.base_prefix)"], env=env,
+                            capture_output=True, text=True, check=True).stdout
+    basis = [commands.encode(), (root / "pyproject.toml").read_bytes(), python.encode()]
+    return hashlib.sha256(b"\0".join(basis)).hexdigest()[:16]
+
+
 @pytest.fixture(scope="session")
-def readme_python() -> str:
+def readme_python() -> Iterator[str]:
     """The Python of an environment made as the README says: ``python3 -m venv .venv && . .venv/bin/activate &&
-    make install``."""
-    basis = [(ROOT / "pyproject.toml").read_bytes(), (ROOT / "Makefile").read_bytes(), str(ROOT).encode(), sys.version.encode()]
-    key = hashlib.sha256(b"\0".join(basis)).hexdigest()[:16]
-    home = _cache_root() / f"readme-install-{key}"
-    python = home / ".venv" / "bin" / "python"
+    make install``; built here unless an earlier run on this machine built it for the same key."""
+    env = _readme_env()
+    home = _cache_root() / f"readme-install-{install_key(ROOT, env)}"
     home.parent.mkdir(parents=True, exist_ok=True)
     with (home.parent / f"{home.name}.lock").open("a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # one build for parallel test processes
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one build for every test process and run on the machine
         if not (home / "complete").is_file():
             shutil.rmtree(home, ignore_errors=True)  # a build that died half-way
             home.mkdir()
-            env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH") and not k.startswith("TORCHYARD_")}
-            env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if not p.startswith(sys.prefix))
             done = subprocess.run(["bash", "-c", f"python3 -m venv .venv && . .venv/bin/activate && make -C {ROOT} install"],
                                   cwd=home, env=env, capture_output=True, text=True, timeout=1800)
             assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-            (home / "root").write_text(str(ROOT))
             (home / "complete").write_text(done.stdout[-2000:])
-            _forget_older(home)
-    return str(python)
+        (home / "complete").touch()  # its last use, for _forget_least_recent
+        # Shared from here to the session's end: other runs may use it too, none may remove it meanwhile.
+        fcntl.flock(lock, fcntl.LOCK_SH)
+        _forget_least_recent(home.parent)
+        yield str(home / ".venv" / "bin" / "python")
 
 
-def _forget_older(kept: Path) -> None:
-    """This checkout's environments of an earlier pyproject.toml or Makefile: about a GB each, never used again."""
-    for other in kept.parent.glob("readme-install-*"):
-        if other.is_dir() and other != kept and (other / "root").is_file() and (other / "root").read_text() == str(ROOT):
-            with (other.parent / f"{other.name}.lock").open("a") as lock:
-                fcntl.flock(lock, fcntl.LOCK_EX)
-                shutil.rmtree(other, ignore_errors=True)
+def _forget_least_recent(cache: Path) -> None:
+    """All but the KEPT most recently used environments (of an earlier pyproject.toml or Makefile, or another
+    branch's), each once no run holds it."""
+    def used(env: Path) -> float:  # one whose build died half-way: never
+        return (env / "complete").stat().st_mtime if (env / "complete").is_file() else 0.0
+
+    built = sorted((d for d in cache.glob("readme-install-*") if d.is_dir()), key=used, reverse=True)
+    for other in built[KEPT:]:
+        with (cache / f"{other.name}.lock").open("a") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue  # in use by a run beside this one
+            shutil.rmtree(other, ignore_errors=True)
 
 
 def _as(python: str) -> list[str]:
