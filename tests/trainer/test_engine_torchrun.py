@@ -7,7 +7,10 @@ reference runs, and one 2-node launch checks HSDP.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -191,7 +194,7 @@ def _node(node_rank: int, port: int, cases: Path) -> subprocess.Popen[str]:
         [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", f"--node-rank={node_rank}", "--nproc-per-node=1",
          "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=hsdp", f"--rdzv-conf={conf}",
          str(RUN_CASES), str(cases)],
-        env=rank_env(), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        env=rank_env(), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
 
 def _listening(proc: subprocess.Popen[str], port: int) -> bool:
@@ -217,6 +220,20 @@ def _store_host(cases: Path) -> tuple[subprocess.Popen[str], int]:
     raise AssertionError("three free ports were taken before node 0 could bind one")
 
 
+def _outputs(procs: list[subprocess.Popen[str]]) -> list[str]:
+    """Both nodes' output once they exit; past the deadline both are killed and the test fails with what they said
+    (pytest's own timeout would end the test first and lose it)."""
+    try:
+        return [p.communicate(timeout=HSDP_DEADLINE_S)[0] for p in procs]
+    except subprocess.TimeoutExpired:
+        for p in procs:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGKILL)  # the agent and its rank, which holds the output pipe too
+        outs = [p.communicate()[0] for p in procs]
+        raise AssertionError(f"the two nodes ran past {HSDP_DEADLINE_S} s:\n" + outs[0][-3000:] + outs[1][-3000:]) from None
+
+
+@pytest.mark.timeout(3 * HSDP_DEADLINE_S)  # its own deadlines fire first, with the nodes' output
 def test_hsdp_on_two_nodes_equals_ddp(runs: Path, tmp_path: Path) -> None:
     """Two torchrun agents on this host as two nodes: FSDP2 builds a 2-D (replicate, shard) mesh."""
     job = spec("hsdp", nproc=1, strategy="fsdp", max_steps=STEPS)
@@ -225,7 +242,7 @@ def test_hsdp_on_two_nodes_equals_ddp(runs: Path, tmp_path: Path) -> None:
     cases.write_text(json.dumps([_case(tmp_path, "hsdp", job)]))
     node0, port = _store_host(cases)
     procs = [node0, _node(1, port, cases)]
-    outs = [p.communicate(timeout=HSDP_DEADLINE_S)[0] for p in procs]
+    outs = _outputs(procs)
     assert [p.returncode for p in procs] == [0, 0], outs[0][-3000:] + outs[1][-3000:]
     training = next(e for e in events(tmp_path / "hsdp") if e.get("phase") == "training")
     assert training["mesh"] == {"replicate": 2, "shard": 1}
