@@ -13,7 +13,7 @@ ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY api ./api
-COPY client ./client
+COPY torchyard ./torchyard
 COPY jobs ./jobs
 COPY trainer ./trainer
 COPY dashboard ./dashboard
