@@ -3,9 +3,9 @@ worker that reads the TensorBoard event files of a script that logs with ``torch
 ``tensorboard`` in its own ``requirements``: the job's metrics show its scalars. And a worker that cannot read
 event files says so on the job, not only in its own log.
 
-The README's environment is built once per pyproject.toml, Makefile, checkout and Python (several minutes: torch
-alone is hundreds of MB, from pip's cache) and kept under ``TORCHYARD_TEST_CACHE`` (default
-``~/.cache/torchyard-tests``) for later runs; a change to any of them builds a new one."""
+The README's environment is built once per pyproject.toml (the service's and the client's), Makefile, checkout and
+Python (several minutes: torch alone is hundreds of MB, from pip's cache) and kept under ``TORCHYARD_TEST_CACHE``
+(default ``~/.cache/torchyard-tests``) for later runs; a change to any of them builds a new one."""
 
 from __future__ import annotations
 
@@ -51,7 +51,8 @@ def _cache_root() -> Path:
 def readme_python() -> str:
     """The Python of an environment made as the README says: ``python3 -m venv .venv && . .venv/bin/activate &&
     make install``."""
-    basis = [(ROOT / "pyproject.toml").read_bytes(), (ROOT / "Makefile").read_bytes(), str(ROOT).encode(), sys.version.encode()]
+    basis = [(ROOT / "pyproject.toml").read_bytes(), (ROOT / "client" / "pyproject.toml").read_bytes(), (ROOT / "Makefile").read_bytes(),
+             str(ROOT).encode(), sys.version.encode()]
     key = hashlib.sha256(b"\0".join(basis)).hexdigest()[:16]
     home = _cache_root() / f"readme-install-{key}"
     python = home / ".venv" / "bin" / "python"

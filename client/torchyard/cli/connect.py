@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 from typing import Annotated
@@ -9,7 +10,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from torchyard.cli.main import _echo_json, _settings, app, console, handles_errors
+from torchyard.cli.main import EXIT_USAGE, _echo_json, _fail, _settings, app, console, handles_errors
 from torchyard.client import Client
 from torchyard.client.config import DEFAULT_URL, config_path, read_config_file, write_config_file
 
@@ -48,6 +49,9 @@ def up(
     workers: Annotated[int, typer.Option(min=1, help="Worker processes; one owns the machine's GPUs and runs several jobs at once.")] = 1,
 ) -> None:
     """Run the whole service locally: API, worker(s) and a private Redis unless TORCHYARD_REDIS_URL is set (python -m stack)."""
+    if importlib.util.find_spec("stack") is None:  # the client install (pip install torchyard) has no service in it
+        raise _fail("the service is not installed in this environment, only its client: pip install torchyard-server "
+                    "(or `make install` in a checkout of the repository) to run one", EXIT_USAGE)
     argv = [sys.executable, "-m", "stack", "--host", host, "--port", str(port), "--workers", str(workers)]
     url = f"http://{host}:{port}"
     console.print(f"dashboard: [bold]{url}/[/] (sign in with the admin token below)\n"
