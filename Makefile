@@ -10,11 +10,18 @@ BROWSER_PACKAGES := chromium:chromium nodejs:node npm:npm  # Debian package:the 
 SLURM_PACKAGES := slurmctld slurmd slurm-client munge
 APT_GET := $(if $(filter 0,$(shell id -u)),,sudo) apt-get
 
-.PHONY: install install-torch install-test install-browser install-slurm run test lint bench
+.PHONY: install install-torch install-client install-test install-browser install-slurm run test lint bench
 
-# The service and its CLI only: torch first, then the package without extras.
+# The service and its CLI only: torch first, then the service (torchyard-server) without extras, then the client.
 install: install-torch
 	$(PYTHON) -m pip install -e .
+	$(MAKE) install-client PYTHON=$(PYTHON)
+
+# The client (client/: the torchyard command, the Python client, the SDK) editable, after the service: the service
+# depends on it by path, which pip installs as a plain copy; this makes edits under client/torchyard/ show at once.
+# `pip install ./client` alone is the laptop install: no torch, nothing of the service.
+install-client:
+	$(PYTHON) -m pip install --no-deps -e ./client
 
 # torch first and pinned, so `pip install -e .` finds it satisfied and never pulls a CUDA build.
 # Where pip already resolves torch==$(TORCH_VERSION) to a CPU build (a local wheel, a mirror in the pip
@@ -41,6 +48,7 @@ run:
 # What the tests need (the `test` extra: pytest, ruff, the tracking and lint tools some tests call), then the tests.
 install-test: install-torch
 	$(PYTHON) -m pip install -e '.[test]'
+	$(MAKE) install-client PYTHON=$(PYTHON)
 
 # Three test files at a time (pytest-xdist; each file whole in one process, so its module fixtures start once):
 # about 26 min on 2 cores (1,010 tests, a clean clone) against 33+ one after another, since most of a slow test's time is waiting for torchrun,

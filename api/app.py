@@ -17,13 +17,13 @@ from api.middleware import BodySizeLimit, RequestContext
 from api.observability import make_registry
 from api.routes import artifacts, code, health, hosts, jobs, keys, quotas, streams, sweeps, usage, webhooks
 from api.stream_slots import StreamSlots
-from client.version import VERSION
 from jobs import logconfig
 from jobs.db import get_engine, init_db
 from jobs.queue import redis_client
 from jobs.reconciler import ReconcilerLoop
 from jobs.settings import Settings, get_settings
 from jobs.webhooks.sender import WebhookSender
+from torchyard.version import VERSION
 from trainer.pdeathsig import set_not_dumpable
 
 log = logging.getLogger(__name__)

@@ -1,13 +1,13 @@
 """(7) Your own code: uploading a 50 MiB working directory, and POST -> first step of a script job
 with per-job requirements, its environment cached and not, against a real API and worker.
 
-Upload: the directory is packed (canonical tar, client/pack.py), sent to ``POST /v1/code`` (gzip-compressed
+Upload: the directory is packed (canonical tar, torchyard/client/pack.py), sent to ``POST /v1/code`` (gzip-compressed
 when a sample of it compresses),
 checked and stored; then the same directory is submitted again, which packs it and asks ``HEAD`` only.
 Two directories of 50 MiB: random bytes (data or weights, incompressible) and Python-like source text.
 
 First step: a one-rank script that imports its requirement (tomli-w, from the package index) and
-reports step 1 through ``trainer.report``; the time from POST to the job row's ``last_step`` (what
+reports step 1 through ``torchyard.report``; the time from POST to the job row's ``last_step`` (what
 ``GET /v1/jobs/{id}`` shows), polled every 20 ms through the API. "Uncached" builds the environment
 (venv + pip install) inside that time; "cached" finds it; "none" is the same script without requirements.
 """
@@ -22,18 +22,18 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import TOKEN, Ctx, Stack, database, median
-from client import Client
-from client.pack import pack
+from torchyard.client import Client
+from torchyard.client.pack import pack
 
 log = logging.getLogger("bench.code")
 
 MIB = 1024 * 1024
 SCRIPT = (
     "import tomli_w\n"
-    "from trainer import report\n"
+    "from torchyard import report\n"
     "report.metrics(1, {'train/loss': float(len(tomli_w.dumps({'a': 1})))})\n"
 )
-PLAIN = "from trainer import report\nreport.metrics(1, {'train/loss': 1.0})\n"
+PLAIN = "from torchyard import report\nreport.metrics(1, {'train/loss': 1.0})\n"
 REQUIREMENT = "tomli-w==1.2.0"
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch.distributed as dist
 
 from bench.step_loop import GLOBAL_BATCH, NEVER_LAST, StepLoop, medians
-from trainer.events import EventWriter
+from torchyard.events import EventWriter
 from trainer.metrics import MetricsReporter
 
 

@@ -22,10 +22,10 @@ from pathlib import Path
 import torch.distributed as dist
 
 from bench.step_loop import GLOBAL_BATCH, NEVER_LAST, StepLoop, medians
-from trainer.events import EventWriter
+from torchyard.events import EventWriter
+from torchyard.sinks import SinkRunner
+from torchyard.sinks.tensorboard import TensorBoardSink
 from trainer.metrics import MetricsReporter
-from trainer.sinks import SinkRunner
-from trainer.sinks.tensorboard import TensorBoardSink
 
 
 def main() -> None:
@@ -46,7 +46,7 @@ def main() -> None:
             return None
         if mode == "tensorboard":
             return SinkRunner([TensorBoardSink(out)])
-        from trainer.sinks.mlflow import MlflowSink
+        from torchyard.sinks.mlflow import MlflowSink
 
         return SinkRunner([MlflowSink(args.mlflow_uri, "bench-tracking", out, None, spec)])
 

@@ -7,7 +7,8 @@
 
 ARG PYTHON_VERSION=3.11
 
-# ---- build: a wheel of the project, so the runtime stage holds no source tree or build tools
+# ---- build: wheels of the service (torchyard-server) and its client (client/), so the runtime stage holds no
+# source tree or build tools
 FROM python:${PYTHON_VERSION}-slim-bookworm AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
@@ -17,7 +18,7 @@ COPY client ./client
 COPY jobs ./jobs
 COPY trainer ./trainer
 COPY dashboard ./dashboard
-RUN pip wheel --no-deps --wheel-dir /wheels .
+RUN pip wheel --no-deps --wheel-dir /wheels . ./client
 
 # ---- runtime
 FROM python:${PYTHON_VERSION}-slim-bookworm

@@ -12,7 +12,8 @@
 
 ARG PYTHON_VERSION=3.11
 
-# ---- build: a wheel of the project, so the runtime stage holds no source tree or build tools
+# ---- build: wheels of the service (torchyard-server) and its client (client/), so the runtime stage holds no
+# source tree or build tools
 FROM python:${PYTHON_VERSION}-slim-bookworm AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
@@ -24,7 +25,7 @@ COPY worker ./worker
 COPY trainer ./trainer
 COPY manifests ./manifests
 COPY dashboard ./dashboard
-RUN pip wheel --no-deps --wheel-dir /wheels .
+RUN pip wheel --no-deps --wheel-dir /wheels . ./client
 
 # ---- runtime
 FROM python:${PYTHON_VERSION}-slim-bookworm

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from trainer.atomic import write_atomic
+from torchyard.atomic import write_atomic
 
 log = logging.getLogger(__name__)
 

@@ -13,12 +13,13 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from trainer import faults, sinks, startup, tasks
+from torchyard import sinks
+from torchyard.events import EventWriter
+from trainer import faults, startup, tasks
 from trainer.checkpoint import Checkpointer, TrainPosition
 from trainer.data import build_dataset
 from trainer.data.loader import TrainBatches, eval_batches
 from trainer.distributed import RankInfo
-from trainer.events import EventWriter
 from trainer.exit_codes import PAUSE_AT_ENV, PAUSED_PHASE, PREEMPTED_EXIT_CODE
 from trainer.metrics import MetricsReporter
 from trainer.models import build_model, full_args, model_spec

@@ -12,8 +12,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from torchyard.events import EventWriter
 from trainer.distributed import RankInfo
-from trainer.events import EventWriter
 from trainer.system_metrics import SystemSampler
 
 log = logging.getLogger(__name__)

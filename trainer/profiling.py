@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from trainer.atomic import replacing
+from torchyard.atomic import replacing
 from trainer.distributed import RankInfo
 from trainer.spec import ProfileSpec
 

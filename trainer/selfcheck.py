@@ -93,7 +93,7 @@ def write_data_files(data_dir: Path) -> None:
 
 
 def _events(run_dir: Path) -> list[dict[str, Any]]:
-    from trainer.events import EVENTS_FILE
+    from torchyard.events import EVENTS_FILE
 
     return [json.loads(line) for line in (run_dir / EVENTS_FILE).read_text(encoding="utf-8").splitlines() if line.strip()]
 

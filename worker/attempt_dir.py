@@ -9,7 +9,7 @@ import os
 import shutil
 from pathlib import Path
 
-from trainer.atomic import write_atomic
+from torchyard.atomic import write_atomic
 from trainer.spec import AnySpec
 from worker import run_dirs
 from worker.launch import ERROR_FILE, SPEC_FILE

@@ -24,9 +24,9 @@ from sqlmodel import Session
 
 from jobs import secrets as job_secrets
 from jobs.settings import Settings
+from torchyard.sinks.factory import MLFLOW_URI_ENV
 from trainer.env_rules import env_name_problem, name_problem
 from trainer.exit_codes import PAUSE_AT_ENV
-from trainer.sinks.factory import MLFLOW_URI_ENV
 from trainer.spec import JobSpec, ScriptJobSpec, SpecError, SpecProblem, resolve_entrypoint
 from trainer.torchrun_args import launcher_flags, trainer_program
 from worker import venvs, workdir
@@ -36,9 +36,9 @@ log = logging.getLogger(__name__)
 
 SPEC_FILE = "spec.json"
 ERROR_FILE = "error.json"
-# Read by trainer.report (the SDK): its presence means "running under torchyard", its value is where events go.
+# Read by torchyard.report (the SDK): its presence means "running under torchyard", its value is where events go.
 RUN_DIR_ENV = "TORCHYARD_RUN_DIR"
-RESUME_FROM_ENV = "TORCHYARD_RESUME_FROM"  # read by trainer.report.resume_path() when the run has no checkpoint yet
+RESUME_FROM_ENV = "TORCHYARD_RESUME_FROM"  # read by torchyard.report.resume_path() when the run has no checkpoint yet
 # TORCHYARD_* variables of the worker that reach the ranks: they configure the trainer, never the service.
 RANK_PASSTHROUGH = frozenset({"TORCHYARD_LOG_LEVEL", "TORCHYARD_FAULTS"})
 BOOTSTRAP = "trainer.rank_bootstrap"  # every script rank starts here (trainer/rank_bootstrap.py)

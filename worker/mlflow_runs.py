@@ -3,7 +3,7 @@
 Rank 0's sink marks the run FINISHED or FAILED when it exits on its own; a SIGKILL, an OOM kill, a lost node
 or a cancel leaves the run RUNNING, or FINISHED after a preemption that the job resumes from. The worker
 knows how the attempt ended, so it sets the run's status from that; the next attempt, if any, marks the
-run RUNNING again (trainer/sinks/mlflow.py). Bounded: a tracking server that does not answer delays the
+run RUNNING again (torchyard/sinks/mlflow.py). Bounded: a tracking server that does not answer delays the
 worker by at most ``TIMEOUT_S`` and is otherwise only logged, never a reason to fail the job.
 """
 
@@ -13,7 +13,7 @@ import logging
 import threading
 from pathlib import Path
 
-from trainer.sinks.mlflow import recorded_run_id
+from torchyard.sinks.mlflow import recorded_run_id
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-// Written by `python -m client.metric_names` from client/metric_names.py, the mapping's one home: edit it there.
+// Written by `python -m dashboard.metric_names` from torchyard/client/metric_names.py, the mapping's one home: edit it there.
 // Which logged metric a column shows as the job's loss and eval loss; the metrics keep their logged names.
 export const DISPLAY = {
   "train/loss": [

@@ -12,10 +12,10 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from cli.main import app as cli_app
 from jobs.settings import Settings
 from tests.api.conftest import mlp_spec, start_job
 from tests.helpers import Services
+from torchyard.cli.main import app as cli_app
 
 
 @pytest.fixture

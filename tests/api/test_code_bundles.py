@@ -20,12 +20,12 @@ import httpx
 import psutil
 import pytest
 
-from client.pack import PackError, pack
 from jobs import bundles
 from jobs.db import get_engine
 from jobs.settings import Settings
 from tests.conftest import make_settings
 from tests.helpers import ROOT, Services
+from torchyard.client.pack import PackError, pack
 
 CAP = 256 * 1024
 

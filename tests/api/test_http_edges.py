@@ -16,11 +16,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from api.ranges import Unsatisfiable, byte_range
-from client import Client
 from jobs import cursors, job_logs
 from jobs.settings import Settings
 from tests.api.conftest import finish_job, ingest, metric_event, mlp_spec, start_job
 from tests.helpers import ADMIN_TOKEN
+from torchyard.client import Client
 
 
 @pytest.fixture

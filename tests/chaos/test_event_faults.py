@@ -14,7 +14,7 @@ pytestmark = pytest.mark.slow
 
 BAD_WRITER = textwrap.dedent("""
     import json, time
-    from trainer import report
+    from torchyard import report
 
     report.metrics(1, {"train/loss": 1.0})
     with open(report.run_dir() / "events.jsonl", "a") as f:  # values as a list: not storable

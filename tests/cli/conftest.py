@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from cli.main import app
 from tests.helpers import Services
+from torchyard.cli.main import app
 
 
 @pytest.fixture

@@ -16,10 +16,10 @@ import yaml
 from safetensors.torch import load_file
 from typer.testing import CliRunner
 
-from cli.main import app
-from client import Client, ClientConfig, load_config
 from tests.cli.conftest import cli
 from tests.helpers import ROOT, Services, wait_until
+from torchyard.cli.main import app
+from torchyard.client import Client, ClientConfig, load_config
 
 pytestmark = pytest.mark.slow
 
@@ -131,8 +131,8 @@ def test_login_writes_the_config_file_the_cli_then_uses(live: Services, tmp_path
 def test_cancel_while_following_and_a_failing_job(live: Services, tmp_path: Path) -> None:
     env = {**os.environ, "TORCHYARD_URL": live.url, "TORCHYARD_API_KEY": live.headers["Authorization"].removeprefix("Bearer "),
            "PYTHONPATH": str(ROOT)}
-    # A second process follows the job the way a user's terminal would, through `python -m cli`.
-    follower = subprocess.Popen([sys.executable, "-m", "cli", "submit", str(write_spec(tmp_path, LONG)), "--follow"], env=env,
+    # A second process follows the job the way a user's terminal would, through `python -m torchyard`.
+    follower = subprocess.Popen([sys.executable, "-m", "torchyard", "submit", str(write_spec(tmp_path, LONG)), "--follow"], env=env,
                                 cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         with Client(live.url, env["TORCHYARD_API_KEY"]) as client:

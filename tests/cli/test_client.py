@@ -12,9 +12,9 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-import cli.main as cli_main
-from cli.follow import RateEstimator
-from client import (
+import torchyard.cli.main as cli_main
+from torchyard.cli.follow import RateEstimator
+from torchyard.client import (
     ApiError,
     CheckpointEvent,
     Client,
@@ -28,7 +28,7 @@ from client import (
     load_config,
     load_spec,
 )
-from client.sse import parse_sse
+from torchyard.client.sse import parse_sse
 
 URL = "http://torchyard.test"
 PROBLEM = {"Content-Type": "application/problem+json"}

@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 from rich.console import Console
 
-from cli.follow import FollowState, _follow_lines
-from client import EndEvent, Job, MetricEvent, StatusEvent
+from torchyard.cli.follow import FollowState, _follow_lines
+from torchyard.client import EndEvent, Job, MetricEvent, StatusEvent
 
 
 class _Feed:

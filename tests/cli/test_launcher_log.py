@@ -7,7 +7,7 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cli.launcher_log import expected_stop, fold_expected_stop
+from torchyard.cli.launcher_log import expected_stop, fold_expected_stop
 
 SIGTERM_LOG = (Path(__file__).parent / "data" / "launcher-sigterm.log").read_text()
 TRACEBACK = SIGTERM_LOG[SIGTERM_LOG.index("Traceback (most recent call last):"):]

@@ -8,10 +8,10 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from client.left_out import candidates, check, left_out, literals
 from tests.cli.conftest import cli
 from tests.helpers import Services
 from tests.worker.test_bundle_jobs import write
+from torchyard.client.left_out import candidates, check, left_out, literals
 
 TRAIN = '''
 import numpy as np

@@ -8,13 +8,13 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from cli.main import app
-from client.config import load_config, write_config_file
 from jobs.ingest_found import FoundCheckpoint, ingest_found, last_found_seq
 from jobs.states import Status
 from tests.api.conftest import finish_job, ingest, session_of, start_job
 from tests.cli.conftest import cli
 from tests.helpers import Services
+from torchyard.cli.main import app
+from torchyard.client.config import load_config, write_config_file
 
 DATA = Path(__file__).parent / "data"
 

@@ -1,5 +1,5 @@
 """Lightning's metric names fill the loss columns of `torchyard ls`, `--follow` and the dashboard as `train/loss`
-does; a display mapping only, with one home (client/metric_names.py) that the dashboard's copy is written from."""
+does; a display mapping only, with one home (torchyard/client/metric_names.py) that the dashboard's copy is written from."""
 
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from rich.console import Console
 
-from cli.follow import FollowState
-from cli.render import jobs_table
-from client import Job, MetricEvent
-from client.metric_names import DISPLAY, JS_MODULE, js_module, shown
+from dashboard.metric_names import JS_MODULE, js_module
+from torchyard.cli.follow import FollowState
+from torchyard.cli.render import jobs_table
+from torchyard.client import Job, MetricEvent
+from torchyard.client.metric_names import DISPLAY, shown
 
 LIGHTNING = {"train_loss_step": 0.4321, "train_loss_epoch": 0.5, "val_loss": 0.6543, "epoch": 1.0}
 
@@ -47,4 +48,4 @@ def test_the_first_logged_name_of_a_column_fills_it(values: dict[str, float]) ->
 
 
 def test_the_dashboards_copy_is_written_from_the_one_home() -> None:
-    assert JS_MODULE.read_text() == js_module(), "run `python -m client.metric_names`"
+    assert JS_MODULE.read_text() == js_module(), "run `python -m dashboard.metric_names`"

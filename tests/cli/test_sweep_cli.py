@@ -77,7 +77,7 @@ def _trial(number: int, bracket: int | None, rung: int | None) -> dict[str, obje
 def _rendered(sweep: dict[str, object]) -> list[str]:
     from rich.console import Console
 
-    from cli.sweep import trials_table
+    from torchyard.cli.sweep import trials_table
 
     console = Console(width=200, record=True)
     console.print(trials_table(sweep))
@@ -96,7 +96,7 @@ def test_the_trials_table_names_each_trials_bracket_where_a_sweep_has_several() 
 
 
 def test_follow_shows_the_value_a_trial_was_ranked_by_at_its_rung_not_its_latest() -> None:
-    from cli.sweep import _change
+    from torchyard.cli.sweep import _change
 
     trial = {**_trial(4, None, 0), "rung_values": {"0": 0.8123}, "last_value": 0.4, "last_step": 27}
     assert _change(trial, "eval/loss").endswith("paused at rung 0 (step 27), eval/loss 0.8123")

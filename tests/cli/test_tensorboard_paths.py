@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cli.tensorboard import local_path
+from torchyard.cli.tensorboard import local_path
 
 
 def test_tensorboard_takes_event_files_from_the_working_directory_too() -> None:

@@ -6,11 +6,11 @@ from datetime import datetime, timedelta, timezone
 
 import sqlalchemy as sa
 
-from client import Client
 from jobs.models import Attempt
 from tests.api.conftest import session_of, start_job
 from tests.cli.conftest import cli
 from tests.helpers import Services
+from torchyard.client import Client
 
 
 def test_usage_by_owner_and_day_as_a_table_csv_and_through_the_client(services: Services) -> None:

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from client import Client
 from tests.cli.conftest import cli
 from tests.helpers import ROOT, Services
+from torchyard.client import Client
 
 pytestmark = pytest.mark.slow
 

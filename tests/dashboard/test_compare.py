@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from client import Client
 from tests.dashboard.test_dashboard import CHROMIUM, playwright_core  # noqa: F401 - the fixture is shared
 from tests.helpers import ADMIN_TOKEN, Services
+from torchyard.client import Client
 
 pytestmark = pytest.mark.slow
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from client import Client
 from tests.helpers import ADMIN_TOKEN, ROOT, Services, wait_until
+from torchyard.client import Client
 
 pytestmark = pytest.mark.slow
 

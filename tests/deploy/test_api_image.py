@@ -61,12 +61,16 @@ def _build_context(src: Path) -> Path:
 def test_api_environment_without_torch_serves(tmp_path: Path, redis_url: str) -> None:
     wheels, venv = tmp_path / "wheels", tmp_path / "venv"
     context = _build_context(tmp_path / "src")
-    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "--wheel-dir", str(wheels), str(context)])
+    # The service and its client, as the Dockerfile's `pip wheel --no-deps . ./client`.
+    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "--wheel-dir", str(wheels), str(context), str(context / "client")])
     _run([sys.executable, "-m", "venv", str(venv)])
     python = str(venv / "bin" / "python")
     _run([python, "-m", "pip", "install", "--quiet", "-r", str(ROOT / "docker" / "requirements.txt")])
     _run([python, "-m", "pip", "install", "--quiet", "--no-deps", *map(str, wheels.glob("*.whl"))])
     _run([python, "-c", "import importlib.util, sys; sys.exit(importlib.util.find_spec('torch') is not None)"])
+    # Nothing the service requires is missing but torch, by design: the client it requires by path is installed.
+    checked = subprocess.run([python, "-m", "pip", "check"], capture_output=True, text=True, timeout=120)
+    assert [line for line in checked.stdout.splitlines() if "requires torch," not in line] == [], checked.stdout
 
     port = free_port()
     # Nothing of the repository on the path: only what the wheel installed.

@@ -288,7 +288,7 @@ def test_readme_quick_start_job_trains_in_the_containers(stack: Stack) -> None:
 # A user's working directory: a script importing a sibling package and reporting through the SDK.
 BUNDLE_SCRIPT = """import sys
 from helpers import GREETING
-from trainer import report
+from torchyard import report
 print(GREETING, sys.argv[1:], flush=True)
 for step in (1, 2, 3):
     report.metrics(step, {"train/loss": 1.0 / step})
@@ -298,7 +298,7 @@ for step in (1, 2, 3):
 def test_code_bundle_uploads_and_its_script_runs_in_the_containers(stack: Stack, tmp_path: Path) -> None:
     """`submit(workdir=...)` through the client: the API (uid 10001 in its image) stores the bundle on the runs volume,
     the worker container unpacks its own copy and runs the script from it."""
-    from client import Client
+    from torchyard.client import Client
 
     work = tmp_path / "project"
     (work / "helpers").mkdir(parents=True)

@@ -1,4 +1,5 @@
-"""pyproject.toml is the one source of the pins; the images' files must agree with it."""
+"""pyproject.toml is the one source of the pins; the images' files must agree with it. The client's own
+pyproject.toml (client/) asks for ranges, which the service's pins must satisfy."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import re
 import sys
 
 import pytest
+from packaging.requirements import Requirement
 
 from tests.deploy.composefile import ROOT
 
@@ -26,9 +28,14 @@ def _normalized(requirement: str) -> str:
     return _name(name) + requirement[len(name):].replace(" ", "")
 
 
+def _pyproject(path: str = "pyproject.toml") -> dict:
+    with (ROOT / path).open("rb") as f:
+        return tomllib.load(f)["project"]
+
+
 def _pyproject_dependencies() -> list[str]:
-    with (ROOT / "pyproject.toml").open("rb") as f:
-        return tomllib.load(f)["project"]["dependencies"]
+    """The service's pinned dependencies: all but the client, which it takes from this checkout by path."""
+    return [d for d in _pyproject()["dependencies"] if _name(d) != "torchyard"]
 
 
 def _docker_requirements() -> list[str]:
@@ -57,6 +64,23 @@ def test_worker_requirements_equal_the_worker_extra() -> None:
 def test_every_dependency_is_pinned() -> None:
     loose = [d for d in _pyproject_dependencies() if "==" not in d]
     assert loose == [], "images are only reproducible with exact pins"
+
+
+def test_the_service_takes_the_client_from_this_checkout() -> None:
+    assert "torchyard @ {root:uri}/client" in _pyproject()["dependencies"]
+    assert _pyproject("client/pyproject.toml")["name"] == "torchyard"
+
+
+def test_the_client_asks_for_no_torch_and_its_ranges_hold_the_service_pins() -> None:
+    client = _pyproject("client/pyproject.toml")
+    asked = [Requirement(r) for r in [*client["dependencies"], *sum(client["optional-dependencies"].values(), [])]]
+    assert not {r.name for r in asked} & {"torch", "torchyard-server", "fastapi", "sqlmodel"}
+    pins = {_name(d): Requirement(d) for d in [*_pyproject_dependencies(), *sum(_pyproject()["optional-dependencies"].values(), [])]}
+    for requirement in asked:
+        pin = pins.get(_name(requirement.name))
+        assert pin is not None, f"the service does not pin the client's {requirement.name}"
+        version = str(pin.specifier).removeprefix("==")
+        assert requirement.specifier.contains(version), f"the service pins {pin}, outside the client's {requirement}"
 
 
 def test_worker_torch_pin_equals_pyproject() -> None:

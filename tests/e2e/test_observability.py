@@ -12,10 +12,10 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from cli.main import app as cli_app
 from stack.mlflow_server import mlflow_command
 from stack.mlflow_server import mlflow_server as start_mlflow_server
 from tests.helpers import Services, assert_resumed_after_a_kill, wait_until
+from torchyard.cli.main import app as cli_app
 
 pytestmark = pytest.mark.slow
 

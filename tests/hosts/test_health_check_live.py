@@ -11,8 +11,8 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from cli.main import app
 from tests.helpers import Services, wait_until
+from torchyard.cli.main import app
 
 pytestmark = pytest.mark.slow
 

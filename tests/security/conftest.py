@@ -32,7 +32,7 @@ from tests.helpers import Services
 REPORT_SCRIPT = '''
 import ctypes, hashlib, json, os, sys
 import sibling
-from trainer import report
+from torchyard import report
 
 with open(f"/proc/{os.getppid()}/environ", "rb") as f:  # torchrun's, which the ranks inherit
     launcher_env = f.read().decode(errors="replace")

@@ -102,7 +102,7 @@ except OSError as exc:
     got["redis_reply"] = f"connect failed: {exc}"
 with open("attack.json", "w") as f:
     json.dump(got, f)
-from trainer import report
+from torchyard import report
 report.metrics(1, {"train/loss": 0.25})
 print("attack done", flush=True)
 '''

@@ -39,7 +39,7 @@ def test_torchyard_up_uses_a_password_protected_redis(live: Live, tmp_path: Path
     port = free_port()
     log_path = tmp_path / "up.log"
     with log_path.open("wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "cli", "up", "--port", str(port)], env=_env(live, tmp_path, url), cwd=tmp_path,
+        proc = subprocess.Popen([sys.executable, "-m", "torchyard", "up", "--port", str(port)], env=_env(live, tmp_path, url), cwd=tmp_path,
                                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         wait_for_api(proc, f"http://127.0.0.1:{port}", log_path)  # readyz pings Redis with the password

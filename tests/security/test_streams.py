@@ -17,10 +17,10 @@ from typing import Any
 import httpx
 import pytest
 
-from client import Client
-from client.models import EndEvent, StatusEvent
 from tests.helpers import wait_until
 from tests.security.conftest import Live
+from torchyard.client import Client
+from torchyard.client.models import EndEvent, StatusEvent
 
 pytestmark = pytest.mark.slow
 

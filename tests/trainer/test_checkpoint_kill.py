@@ -13,8 +13,8 @@ import textwrap
 from pathlib import Path
 
 from tests.helpers import ROOT
+from torchyard.events import EVENTS_FILE
 from trainer.checkpoint import LATEST, step_dir_name
-from trainer.events import EVENTS_FILE
 
 # One rank of the real trainer pieces (writer, reporter, checkpointer) on a tiny model; the process kills itself with
 # SIGKILL right after the checkpoint's ``latest`` pointer is replaced, the worst moment a kill can land on.
@@ -27,7 +27,7 @@ RANK = textwrap.dedent('''
     from trainer.checkpoint import Checkpointer, TrainPosition
     from trainer.data.base import DataInfo
     from trainer.distributed import RankInfo
-    from trainer.events import EventWriter
+    from torchyard.events import EventWriter
     from trainer.metrics import MetricsReporter
     from trainer.spec import spec_from_dict
 

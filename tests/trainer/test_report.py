@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import ROOT
-from trainer import report
+from torchyard import report
 
 
 @pytest.fixture(autouse=True)
@@ -121,5 +121,5 @@ def test_bad_values_fail_fast_even_outside_torchyard() -> None:
 
 
 def test_importing_the_sdk_does_not_import_torch() -> None:
-    probe = "import sys; from trainer import report; assert 'torch' not in sys.modules, 'torch imported'"
+    probe = "import sys; from torchyard import report; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", probe], check=True, cwd=ROOT)

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from torchyard.events import EVENTS_FILE, EventWriter
 from trainer.distributed import RankInfo
-from trainer.events import EVENTS_FILE, EventWriter
 from trainer.metrics import MetricsReporter
 
 RANK0 = RankInfo(0, 0, 1, 1, torch.device("cpu"), "gloo")

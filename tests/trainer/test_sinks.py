@@ -1,4 +1,4 @@
-"""The metric sinks: a script's trainer.report.metrics lands in TensorBoard too, and a stuck sink never
+"""The metric sinks: a script's torchyard.report.metrics lands in TensorBoard too, and a stuck sink never
 blocks the training thread (it drops points, counted, instead)."""
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import ROOT
-from trainer.sinks import SinkRunner
-from trainer.sinks.base import Point
+from torchyard.sinks import SinkRunner
+from torchyard.sinks.base import Point
 
 SCRIPT = """
-from trainer import report
+from torchyard import report
 for step in range(1, 41):
     report.metrics(step, {"train/loss": 1.0 / step, "train/lr": 0.1})
     if step % 10 == 0:
@@ -44,7 +44,7 @@ def test_script_metrics_are_written_to_tensorboard_like_events_jsonl(tmp_path: P
 CRASH = """
 import sys
 from pathlib import Path
-from trainer.sinks import SinkRunner
+from torchyard.sinks import SinkRunner
 
 class Recorder:
     name = "recorder"

@@ -13,11 +13,11 @@ import torch
 from safetensors.torch import save_file
 
 from tests.trainer.helpers import REPO, rank_env, spec
+from torchyard.events import EventWriter, last_seq
 from trainer import catalog
 from trainer.data import DataInfo, build_dataset
 from trainer.data.loader import TrainBatches, eval_batches
 from trainer.distributed import RankInfo
-from trainer.events import EventWriter, last_seq
 from trainer.exit_codes import SPEC_ERROR_EXIT_CODE
 from trainer.models import build_model, model_blocks
 from trainer.optim import lr_factor

@@ -11,8 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from client import Client
 from tests.helpers import Services
+from torchyard.client import Client
 
 pytestmark = pytest.mark.slow
 

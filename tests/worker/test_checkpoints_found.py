@@ -123,8 +123,8 @@ def test_the_step_in_a_lightning_name_is_read(prefix: str, step: int, suffix: st
 def test_download_path_picks_the_one_checkpoint_ending_with_it() -> None:
     import typer
 
-    from cli.files import _checkpoint_step
-    from client.models import Checkpoint
+    from torchyard.cli.files import _checkpoint_step
+    from torchyard.client.models import Checkpoint
 
     listed = [Checkpoint(step=40, path="/runs/j/lightning_logs/version_0/checkpoints/epoch=1-step=40.ckpt"),
               Checkpoint(step=41, path="/runs/j/lightning_logs/version_0/checkpoints/last.ckpt"),

@@ -9,8 +9,8 @@ import textwrap
 import pytest
 from typer.testing import CliRunner
 
-from cli.main import app
 from tests.helpers import Services, wait_until
+from torchyard.cli.main import app
 
 pytestmark = pytest.mark.slow
 

@@ -17,7 +17,7 @@ from jobs.models import Attempt, Job, Status
 from jobs.states import transition
 from tests.api.conftest import ADMIN, metric_event, mlp_spec
 from tests.conftest import make_settings
-from trainer.events import EVENTS_FILE
+from torchyard.events import EVENTS_FILE
 from worker.supervisor import Supervisor
 
 

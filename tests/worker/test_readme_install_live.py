@@ -6,9 +6,10 @@ event files says so on the job, not only in its own log.
 The README's environment takes several minutes to build (torch alone is hundreds of MB), so it is kept under
 ``TORCHYARD_TEST_CACHE`` (default ``~/.cache/torchyard-tests``) and reused by every later run on the machine, a fresh
 clone's included, for as long as what decides its content is unchanged: the commands ``make install`` runs (the
-Makefile's install targets, as make expands them), pyproject.toml and the ``python3`` the venv is made from. A change
-to any of them builds a new one the README's way. The checkout is not part of it: the worker imports the service
-from the checkout under test (``PYTHONPATH``), whichever checkout the environment's editable install names."""
+Makefile's install targets, as make expands them), the service's and the client's pyproject.toml and the ``python3``
+the venv is made from. A change to any of them builds a new one the README's way. The checkout is not part of it: the
+worker imports the service and the client from the checkout under test (``PYTHONPATH``), whichever checkout the
+environment's editable installs name."""
 
 from __future__ import annotations
 
@@ -69,7 +70,8 @@ def install_key(root: Path, env: dict[str, str]) -> str:
                               capture_output=True, text=True, check=True).stdout
     python = subprocess.run(["python3", "-c", "import sys; print(sys.version, sys.base_prefix)"], env=env,
                             capture_output=True, text=True, check=True).stdout
-    basis = [commands.encode(), (root / "pyproject.toml").read_bytes(), python.encode()]
+    basis = [commands.encode(), (root / "pyproject.toml").read_bytes(), (root / "client" / "pyproject.toml").read_bytes(),
+             python.encode()]
     return hashlib.sha256(b"\0".join(basis)).hexdigest()[:16]
 
 
@@ -143,7 +145,7 @@ def test_a_worker_that_cannot_read_event_files_says_so_on_the_job(services: Serv
     hidden.mkdir(parents=True)
     (hidden / "__init__.py").write_text(NO_TENSORBOARD)
     services.start_api()
-    services.start_worker(PYTHONPATH=os.pathsep.join([str(hidden.parent), str(ROOT)]))
+    services.start_worker(PYTHONPATH=os.pathsep.join([str(hidden.parent), str(ROOT), str(ROOT / "client")]))
     job = _run_script(services, UNREADABLE, [])
     assert job["loss"] == []
     said = job["transitions"][-1]["reason"]

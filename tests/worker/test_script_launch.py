@@ -355,7 +355,7 @@ def test_a_users_own_trainer_module_is_the_one_its_code_imports(tmp_path: Path) 
     (code / "trainer.py").unlink()
     (code / "train.py").write_text(f"from trainer import report\nprint(report.__name__, report.__file__.startswith({str(code)!r}))\n")
     done = run_program(rank_program(script(), settings.model_copy(update={"code_dir": code}), run_dir), run_dir)
-    assert (done.returncode, done.stdout) == (0, "trainer.report False\n"), done.stderr
+    assert (done.returncode, done.stdout) == (0, "torchyard.report False\n"), done.stderr
 
 
 def test_an_allow_listed_installed_module_runs_as_python_m_would(tmp_path: Path) -> None:

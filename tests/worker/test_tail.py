@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from trainer.events import EventWriter, last_seq
+from torchyard.events import EventWriter, last_seq
 from worker.tail import EventTail
 
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from client import Client
 from tests.helpers import Services
 from tests.worker.test_bundle_jobs import write
+from torchyard.client import Client
 
 pytestmark = pytest.mark.slow
 

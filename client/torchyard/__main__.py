@@ -1,0 +1,5 @@
+"""``python -m torchyard``: the same as the ``torchyard`` console script."""
+
+from torchyard.cli.main import app
+
+app(prog_name="torchyard")
