@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import traceback
+
 import pytest
 from typer.testing import CliRunner
 
@@ -24,4 +26,8 @@ def live(services: Services) -> Services:
 def cli(services: Services, *args: str) -> tuple[int, str]:
     env = {"TORCHYARD_URL": services.url, "TORCHYARD_API_KEY": services.headers["Authorization"].removeprefix("Bearer ")}
     result = CliRunner().invoke(app, list(args), env=env)
-    return result.exit_code, result.output
+    out = result.output
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        # An exception the command did not turn into a message: the failing assertion shows where it came from.
+        out += "".join(traceback.format_exception(result.exception))
+    return result.exit_code, out
