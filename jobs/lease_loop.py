@@ -8,6 +8,7 @@ database or Redis outage passes without a restart.
 
 from __future__ import annotations
 
+import abc
 import logging
 import threading
 import time
@@ -21,7 +22,7 @@ from jobs.settings import Settings
 log = logging.getLogger(__name__)
 
 
-class LeaseLoop(threading.Thread):
+class LeaseLoop(threading.Thread, abc.ABC):
     """Subclasses give ``lead`` (one pass, as the holder) and may change ``wait`` (until the next period)."""
 
     def __init__(self, settings: Settings, lease: str, holder: str, interval_s: float, *, what: str,
@@ -61,8 +62,9 @@ class LeaseLoop(threading.Thread):
         except Exception:  # noqa: BLE001 - the loop must outlive a passing database or Redis outage
             log.exception("%s pass failed", self.what)
 
+    @abc.abstractmethod
     def lead(self, session: Session) -> None:
-        raise NotImplementedError
+        """One pass, as the lease's holder."""
 
     def lead_changed(self) -> None:
         """Called when this process took or lost the lease, before its first pass as the new holder."""

@@ -58,7 +58,7 @@ def build_synthetic_lm(args: dict[str, Any], data_dir: Path | None = None) -> Da
     """Token streams from a random sparse Markov chain: each token has a few likely successors.
 
     The chain is kept as SUCCESSORS candidates per token (not a vocab x vocab matrix, which at GPT-2's vocabulary
-    would be 10 GB), and the walks advance thousands of walkers a step, so a million tokens take milliseconds.
+    would be 10 GB), and the walks advance thousands of walkers a step, so a million tokens take a fraction of a second.
     """
     g = torch.Generator().manual_seed(args["seed"])
     vocab, seq_len = args["vocab_size"], args["seq_len"]
