@@ -18,7 +18,7 @@ interleave()  # before torch is imported: everything the rank prints, in order, 
 
 from torch.distributed.elastic.multiprocessing.errors import record  # noqa: E402
 
-from trainer.exit_codes import SPEC_ERROR_EXIT_CODE  # noqa: E402
+from trainer.exit_codes import SPEC_ERROR_EXIT_CODE, exit_now  # noqa: E402
 from trainer.spec import JobSpec, SpecLimits, load_spec_file  # noqa: E402
 
 log = logging.getLogger("trainer")
@@ -86,11 +86,5 @@ def _run() -> int:
 
 
 if __name__ == "__main__":
-    exit_code = _run()
-    # Everything is written, closed and the groups destroyed: skip the interpreter's teardown, where gloo's
-    # threads releasing their last work objects can still abort a finished rank (SIGABRT after "done", seen
-    # on loaded hosts). An exception out of main() exits the usual way, with its traceback.
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(exit_code)
+    # An exception out of main() exits the usual way, with its traceback.
+    exit_now(_run())

@@ -17,6 +17,7 @@ from pathlib import Path
 import torch.distributed as dist
 
 from trainer import distributed, engine
+from trainer.exit_codes import exit_now
 from trainer.spec import parse_spec
 
 
@@ -37,9 +38,12 @@ def main(cases_file: str) -> int:
         code = engine.run(parse_spec(case["spec"]), run_dir, rank, None)
         if rank.is_main:
             (run_dir / "exit_code").write_text(str(code))
-    distributed.shutdown()
+    # As the trainer ends (trainer/__main__.py): every rank reaches the barrier before any tears its groups down, and
+    # the interpreter's teardown is skipped; a rank that skipped either aborted after its work was done (SIGABRT,
+    # "terminate called without an active exception") on a loaded host.
+    distributed.shutdown(barrier=True)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    exit_now(main(sys.argv[1]))
