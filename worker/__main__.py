@@ -23,8 +23,8 @@ from worker import mlflow_runs
 from worker.health import HealthCheck
 from worker.host import HostHeartbeat, inventory
 from worker.host_runner import HostRunner
-from worker.isolation import on_worker_start
-from worker.leftovers import LeftoverSweep
+from worker.sandbox.isolation import on_worker_start
+from worker.sandbox.leftovers import LeftoverSweep
 
 # What the Slurm executor runs (worker/executors/slurm.py); sacct is optional.
 SLURM_COMMANDS = ("sbatch", "scontrol", "scancel")

@@ -30,7 +30,7 @@ from trainer.exit_codes import PAUSE_AT_ENV
 from trainer.spec import JobSpec, ScriptJobSpec, SpecError, SpecProblem, resolve_entrypoint
 from trainer.torchrun_args import launcher_flags, trainer_program
 from worker import venvs, workdir
-from worker.processes import JOB_MARK, NODE_MARK
+from worker.sandbox.processes import JOB_MARK, NODE_MARK
 
 log = logging.getLogger(__name__)
 

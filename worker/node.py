@@ -32,8 +32,8 @@ from worker import devices
 from worker.executors import make_executor
 from worker.executors.base import LaunchError, LaunchRequest
 from worker.host import advertised_address
-from worker.isolation import follower_identity
 from worker.launch import NodeLaunch, rank_secrets
+from worker.sandbox.isolation import follower_identity
 
 log = logging.getLogger(__name__)
 

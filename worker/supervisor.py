@@ -46,12 +46,12 @@ from worker.executors.base import Launch, LaunchError, LaunchRequest, Phase, Ran
 from worker.found import found_in_run, resume_arguments
 from worker.gang_control import Gang
 from worker.intake import Intake
-from worker.isolation import Isolation
-from worker.job_users import JobIdentity
 from worker.launch import ERROR_FILE, rank_secrets
 from worker.lease import Lease
 from worker.outcome import Failure
-from worker.uid_leases import NoFreeUid
+from worker.sandbox.isolation import Isolation
+from worker.sandbox.job_users import JobIdentity
+from worker.sandbox.uid_leases import NoFreeUid
 from worker.verdicts import Facts, Stop, Why, judge
 
 log = logging.getLogger(__name__)

@@ -16,8 +16,8 @@ from typing import Protocol
 
 from jobs.models import ErrorType
 from trainer.spec import AnySpec
-from worker.job_users import JobIdentity
 from worker.launch import NodeLaunch
+from worker.sandbox.job_users import JobIdentity
 
 # Node 0's torchrun output, under logs/attempt-<k>/ of the run directory (node k > 0: launcher-node-<k>.log).
 LAUNCHER_LOG = "launcher.log"
@@ -75,7 +75,7 @@ class LaunchRequest:
     node: NodeLaunch | None = None
     # The job's decrypted secrets (jobs/secrets.py), for the ranks' environment only; never logged or written.
     secrets: dict[str, str] = field(default_factory=dict, repr=False)
-    # The uid (and cgroup) the ranks run as (worker/job_users.py); None: the worker's own user.
+    # The uid (and cgroup) the ranks run as (worker/sandbox/job_users.py); None: the worker's own user.
     identity: JobIdentity | None = None
     # The placement's physical GPU indices on this host (CUDA_VISIBLE_DEVICES); None: not placed on GPUs.
     gpus: tuple[int, ...] | None = None

@@ -21,7 +21,7 @@ from jobs.settings import Settings
 from tests.conftest import make_settings
 from tests.helpers import wait_until
 from trainer.pdeathsig import parent_gone
-from worker.leftovers import Marked, end_leftovers, to_end
+from worker.sandbox.leftovers import Marked, end_leftovers, to_end
 
 RUNS = "/srv/torchyard/runs"
 UID = 1000
