@@ -12,7 +12,7 @@ from cryptography.fernet import Fernet, MultiFernet
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from trainer.spec import SpecLimits
+from jobspec.spec import SpecLimits
 
 # Operator-chosen sbatch options that cannot change what torchyard relies on (one task per node, the
 # time limit and signal, --no-requeue, where output goes, which environment the ranks get).

@@ -18,7 +18,7 @@ from jobs.reconciler import ReconcilerLoop
 from jobs.scheduler import SchedulerLoop
 from jobs.settings import get_settings
 from jobs.sweeps.controller import SweepLoop
-from trainer.pdeathsig import set_not_dumpable
+from jobspec.pdeathsig import set_not_dumpable
 from worker import mlflow_runs
 from worker.health import HealthCheck
 from worker.host import HostHeartbeat, inventory

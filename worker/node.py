@@ -27,7 +27,7 @@ from jobs.models import Job, Status
 from jobs.scheduler import task_id
 from jobs.settings import Settings
 from jobs.sweeps.pauses import trial_pause
-from trainer.spec import SpecError, spec_from_dict
+from jobspec.spec import SpecError, spec_from_dict
 from worker import devices
 from worker.executors import make_executor
 from worker.executors.base import LaunchError, LaunchRequest

@@ -35,10 +35,10 @@ from jobs.models import ErrorType, Job, Status
 from jobs.settings import Settings, get_settings
 from jobs.states import TransitionRefused
 from jobs.sweeps.pauses import trial_pause
+from jobspec.pdeathsig import set_not_dumpable
+from jobspec.spec import AnySpec, SpecError, spec_from_dict
+from jobspec.view import StoredSpec
 from trainer import pg_watch
-from trainer.pdeathsig import set_not_dumpable
-from trainer.spec import AnySpec, SpecError, spec_from_dict
-from trainer.spec_view import StoredSpec
 from worker import attempt_dir, devices, engine_attempts, job_code, outcome, verdict_record
 from worker import node as nodes
 from worker.executors import make_executor

@@ -28,7 +28,7 @@ from pathlib import Path
 from jobs import bundles
 from jobs.settings import Settings
 from jobs.workdir_files import MANIFEST_NAME, WORKDIR_NAME, Uploaded, manifest_json
-from trainer.spec import ScriptJobSpec, resolve_entrypoint
+from jobspec.spec import ScriptJobSpec, resolve_entrypoint
 from worker.venvs import SetupFailed
 
 log = logging.getLogger(__name__)

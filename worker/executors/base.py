@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Protocol
 
 from jobs.models import ErrorType
-from trainer.spec import AnySpec
+from jobspec.spec import AnySpec
 from worker.launch import NodeLaunch
 from worker.sandbox.job_users import JobIdentity
 
@@ -81,7 +81,7 @@ class LaunchRequest:
     gpus: tuple[int, ...] | None = None
     # The job's owner: whose compile caches the ranks use (worker/compile_cache.py).
     owner: str = ""
-    # A sweep trial's stop ("steps:N", "epochs:N"; trainer.exit_codes.PAUSE_AT_ENV); None: it trains to the end.
+    # A sweep trial's stop ("steps:N", "epochs:N"; jobspec.exit_codes.PAUSE_AT_ENV); None: it trains to the end.
     pause_at: str | None = None
 
     @property

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import psutil
 
-from trainer.pdeathsig import set_parent_death_signal
+from jobspec.pdeathsig import set_parent_death_signal
 from worker.sandbox import cgroups
 from worker.sandbox.job_users import JobIdentity, end_uid, job_preexec
 from worker.sandbox.run_dirs import hand_over, open_job_file
