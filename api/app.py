@@ -23,8 +23,8 @@ from jobs.queue import redis_client
 from jobs.reconciler import ReconcilerLoop
 from jobs.settings import Settings, get_settings
 from jobs.webhooks.sender import WebhookSender
+from jobspec.pdeathsig import set_not_dumpable
 from torchyard.version import VERSION
-from trainer.pdeathsig import set_not_dumpable
 
 log = logging.getLogger(__name__)
 

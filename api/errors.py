@@ -23,8 +23,8 @@ from jobs.job_lookup import JobNotFound
 from jobs.keys import KeyNotFound
 from jobs.limits import OverLimit
 from jobs.submission import IdempotencyMismatch
-from trainer.spec import JobSpec, ScriptJobSpec, SpecError
-from trainer.spec_messages import user_problems
+from jobspec.messages import user_problems
+from jobspec.spec import JobSpec, ScriptJobSpec, SpecError
 
 log = logging.getLogger(__name__)
 

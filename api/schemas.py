@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, String
 
 from jobs import job_lookup, job_pages
 from jobs.models import ApiKey, Job, MetricPoint
-from trainer.spec import NAME_PATTERN
+from jobspec.spec import NAME_PATTERN
 
 
 class JobError(BaseModel):

@@ -25,12 +25,12 @@ STARTED = time.time()
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
+from jobspec.spec import parse_spec  # noqa: E402
 from trainer.data import build_dataset  # noqa: E402
 from trainer.data.loader import TrainBatches  # noqa: E402
 from trainer.distributed import RankInfo  # noqa: E402
 from trainer.models import build_model  # noqa: E402
 from trainer.optim import lr_factor  # noqa: E402
-from trainer.spec import parse_spec  # noqa: E402
 
 
 def _process_start() -> float:

@@ -1,5 +1,5 @@
 """``python -m bench.job_uid_kill``: how long ending an attempt takes under a job uid, from the kill to no
-process of the uid left (worker/processes.end_identity), as root.
+process of the uid left (worker/sandbox/processes.end_identity), as root.
 
 Each round starts, as one uid, a tree that hides from a mark-based kill: ``--procs`` detached sleepers
 (``setsid env -i sleep``) plus a fork loop that keeps making new processes while the kill runs. Measured
@@ -18,8 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from worker import cgroups, processes
-from worker.job_users import JobIdentity, uid_processes
+from worker.sandbox import cgroups, processes
+from worker.sandbox.job_users import JobIdentity, uid_processes
 
 log = logging.getLogger("bench.job_uid_kill")
 

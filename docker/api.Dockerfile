@@ -1,6 +1,6 @@
 # syntax=docker/dockerfile:1
 # torchyard API: FastAPI + the job domain, and no torch (the API validates specs with the
-# torch-free trainer.spec and trainer.catalog). Build from the repository root:
+# torch-free jobspec.spec and jobspec.catalog). Build from the repository root:
 #   docker build -f docker/api.Dockerfile -t torchyard-api .
 # It creates and migrates its tables when it starts, before it serves (api.app lifespan -> jobs.db.init_db),
 # so there is no separate migration step to forget.
@@ -16,6 +16,7 @@ COPY pyproject.toml README.md ./
 COPY api ./api
 COPY client ./client
 COPY jobs ./jobs
+COPY jobspec ./jobspec
 COPY trainer ./trainer
 COPY dashboard ./dashboard
 RUN pip wheel --no-deps --wheel-dir /wheels . ./client
@@ -47,7 +48,7 @@ COPY --from=build /wheels /tmp/wheels
 # Fail the build, not the first request, if the image is incomplete or torch slipped in.
 RUN pip install --no-cache-dir --no-deps /tmp/wheels/*.whl \
     && rm -rf /tmp/wheels \
-    && python -c "import api.app, jobs.submission, trainer.spec" \
+    && python -c "import api.app, jobs.submission, jobspec.spec" \
     && if python -c "import torch" 2>/dev/null; then echo "torch must not be in the api image" >&2; exit 1; fi
 
 USER 10001:10001

@@ -21,6 +21,7 @@ COPY pyproject.toml README.md ./
 COPY api ./api
 COPY client ./client
 COPY jobs ./jobs
+COPY jobspec ./jobspec
 COPY worker ./worker
 COPY trainer ./trainer
 COPY manifests ./manifests

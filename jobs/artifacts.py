@@ -17,7 +17,7 @@ from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
 from jobs.settings import Settings
-from trainer.paths import resolve_under
+from jobspec.paths import resolve_under
 from trainer.rank_output import find_rank_dir
 
 log = logging.getLogger(__name__)

@@ -44,8 +44,8 @@ from pathlib import Path
 
 from jobs.bundle_check import BundleRefused, BundleTooLarge, check_members, parts_of
 from jobs.settings import Settings
-from trainer.paths import resolve_under
-from trainer.spec import JobSpec, ScriptJobSpec, SpecError, SpecLimits, SpecProblem
+from jobspec.paths import resolve_under
+from jobspec.spec import JobSpec, ScriptJobSpec, SpecError, SpecLimits, SpecProblem
 
 log = logging.getLogger(__name__)
 

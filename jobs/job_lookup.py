@@ -15,7 +15,7 @@ from sqlmodel import Session
 from jobs import artifacts, job_read, secrets
 from jobs.models import Attempt, Checkpoint, Job, Status, Transition
 from jobs.settings import Settings
-from trainer.spec_view import StoredSpec
+from jobspec.view import StoredSpec
 
 
 class JobNotFound(LookupError):

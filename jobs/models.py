@@ -333,7 +333,7 @@ class IdempotencyKey(SQLModel, table=True):
 
 
 class JobUid(SQLModel, table=True):
-    """A uid leased to one attempt of a job (worker/job_users.py). The primary key makes two workers that pick
+    """A uid leased to one attempt of a job (worker/sandbox/job_users.py). The primary key makes two workers that pick
     the same uid collide in SQL, so a uid runs one attempt at a time across every worker of the runs volume."""
 
     __tablename__ = "job_uids"

@@ -17,7 +17,7 @@ from jobs.hosts import HOLDING, quarantined, read_hosts
 from jobs.models import Attempt, Host, Job, Quota, Status
 from jobs.scheduling import NodePlacement, Placement
 from jobs.scheduling import Quota as PolicyQuota
-from trainer.spec_view import StoredSpec
+from jobspec.view import StoredSpec
 
 
 @dataclass(frozen=True)

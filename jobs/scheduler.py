@@ -33,7 +33,7 @@ from jobs.scheduling import Host as PolicyHost
 from jobs.scheduling.reasons import unavailable
 from jobs.settings import Settings
 from jobs.states import TransitionRefused, transition
-from trainer.spec_view import StoredSpec
+from jobspec.view import StoredSpec
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from cryptography.fernet import Fernet, MultiFernet
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from trainer.spec import SpecLimits
+from jobspec.spec import SpecLimits
 
 # Operator-chosen sbatch options that cannot change what torchyard relies on (one task per node, the
 # time limit and signal, --no-requeue, where output goes, which environment the ranks get).
@@ -117,7 +117,7 @@ class Settings(BaseSettings):
                                                "CPU-only clusters (device cuda always asks, device cpu never).")
     slurm_poll_interval_s: float = Field(5.0, gt=0, description="How often the worker asks Slurm about a job it runs.")
 
-    # Job isolation (worker/job_users.py, docs/security.md).
+    # Job isolation (worker/sandbox/job_users.py, docs/security.md).
     job_uids: tuple[int, int] | None = Field(
         None, description="Range of uids (and equal gids) the worker runs jobs as, one per running job, e.g. 20000-29999; "
                           "unset: jobs run as the worker's own user.")

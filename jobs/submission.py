@@ -23,7 +23,7 @@ from jobs.job_control import JobConflict
 from jobs.job_lookup import checkpoints, get_job
 from jobs.models import IdempotencyKey, Job, Status, new_job_id, utcnow
 from jobs.settings import Settings
-from trainer.spec import JobSpec, ScriptJobSpec
+from jobspec.spec import JobSpec, ScriptJobSpec
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """``python -m manifests {k8s-job,jobset,pytorchjob,slurm} SPEC.yaml --image IMG``: print a launch file for a JobSpec.
 
-The spec is read and checked exactly as the trainer reads it (trainer.spec.load_spec_file), so a
+The spec is read and checked exactly as the trainer reads it (jobspec.spec.load_spec_file), so a
 spec that cannot run is refused here, naming the field, not on the cluster.
 """
 
@@ -16,9 +16,9 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from jobspec.spec import JobSpec, SpecError, load_spec_file
 from manifests import kubernetes, slurm
 from manifests.launch import DEFAULT_RDZV_PORT, LaunchError, LaunchOptions, check_name, default_gpus, kube_name
-from trainer.spec import JobSpec, SpecError, load_spec_file
 
 log = logging.getLogger("manifests")
 

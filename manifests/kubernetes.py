@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from jobspec.spec import JobSpec
 from manifests.launch import LaunchOptions, attempt_deadline_s, spec_json, torchrun
-from trainer.spec import JobSpec
 
 SPEC_DIR = "/etc/torchyard"
 SPEC_PATH = f"{SPEC_DIR}/spec.json"

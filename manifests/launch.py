@@ -13,8 +13,8 @@ import math
 import re
 from dataclasses import dataclass
 
-from trainer.spec import JobSpec
-from trainer.torchrun_args import launcher_flags, trainer_program
+from jobspec.spec import JobSpec
+from jobspec.torchrun_args import launcher_flags, trainer_program
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
 # An Indexed Job's pod hostname is "<job>-<index>" and must stay a DNS label (63); the spec

@@ -9,8 +9,8 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
+from jobspec.spec import JobSpec
 from manifests.launch import LaunchError, LaunchOptions, slurm_time, spec_json, torchrun
-from trainer.spec import JobSpec
 
 CONTAINERS = ("pyxis", "apptainer", "none")
 # A line the spec's JSON can never be: JSON lines are indented or bracketed.

@@ -24,10 +24,10 @@ from redis.exceptions import RedisError
 
 from jobs import logconfig
 from jobs.settings import get_settings
+from jobspec.pdeathsig import set_not_dumpable
 from stack import isolation
 from stack.children import Child, stop_all
 from stack.redis_server import RedisServer, answers, masked, refuses_auth
-from trainer.pdeathsig import set_not_dumpable
 
 log = logging.getLogger("torchyard.stack")
 

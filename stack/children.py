@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from trainer.pdeathsig import set_parent_death_signal
+from jobspec.pdeathsig import set_parent_death_signal
 
 log = logging.getLogger("torchyard.stack")
 

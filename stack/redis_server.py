@@ -13,7 +13,7 @@ from urllib.parse import urlsplit, urlunsplit
 from redis import Redis
 from redis.exceptions import AuthenticationError, RedisError
 
-from trainer.pdeathsig import set_parent_death_signal
+from jobspec.pdeathsig import set_parent_death_signal
 
 
 def free_port() -> int:

@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from trainer.pdeathsig import die_with_parent
+from jobspec.pdeathsig import die_with_parent
 
 die_with_parent()  # first: a rank must not outlive torchrun, even one that died while this interpreter started
 
@@ -18,8 +18,8 @@ interleave()  # before torch is imported: everything the rank prints, in order, 
 
 from torch.distributed.elastic.multiprocessing.errors import record  # noqa: E402
 
-from trainer.exit_codes import SPEC_ERROR_EXIT_CODE, exit_now  # noqa: E402
-from trainer.spec import JobSpec, SpecLimits, load_spec_file  # noqa: E402
+from jobspec.exit_codes import SPEC_ERROR_EXIT_CODE, exit_now  # noqa: E402
+from jobspec.spec import JobSpec, SpecLimits, load_spec_file  # noqa: E402
 
 log = logging.getLogger("trainer")
 

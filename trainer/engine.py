@@ -13,6 +13,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from jobspec.exit_codes import PAUSE_AT_ENV, PAUSED_PHASE, PREEMPTED_EXIT_CODE
+from jobspec.spec import JobSpec
 from torchyard import sinks
 from torchyard.events import EventWriter
 from trainer import faults, startup, tasks
@@ -20,14 +22,12 @@ from trainer.checkpoint import Checkpointer, TrainPosition
 from trainer.data import build_dataset
 from trainer.data.loader import TrainBatches, eval_batches
 from trainer.distributed import RankInfo
-from trainer.exit_codes import PAUSE_AT_ENV, PAUSED_PHASE, PREEMPTED_EXIT_CODE
 from trainer.metrics import MetricsReporter
 from trainer.models import build_model, full_args, model_spec
 from trainer.optim import build_optimizer, build_scheduler
 from trainer.parallel import Parallelized, compile_enabled, grad_scaler, parallelize, reshard, start_background_imports
 from trainer.preemption import StopSignal, pause_step
 from trainer.profiling import StepProfiler
-from trainer.spec import JobSpec
 
 log = logging.getLogger(__name__)
 

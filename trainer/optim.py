@@ -7,7 +7,7 @@ import math
 import torch
 from torch import nn
 
-from trainer.spec import ScheduleSpec, TrainSpec
+from jobspec.spec import ScheduleSpec, TrainSpec
 
 
 def build_optimizer(model: nn.Module, train: TrainSpec, fused: bool = False) -> torch.optim.Optimizer:

@@ -11,9 +11,9 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from jobspec.spec import JobSpec
 from trainer.distributed import RankInfo
 from trainer.models import model_blocks
-from trainer.spec import JobSpec
 
 log = logging.getLogger(__name__)
 

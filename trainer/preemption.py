@@ -75,7 +75,7 @@ class StopSignal:
 
 
 def pause_step(raw: str | None, steps_per_epoch: int, total_steps: int) -> int | None:
-    """The step a sweep trial's ranks stop at by themselves (trainer.exit_codes.PAUSE_AT_ENV: ``steps:N`` or
+    """The step a sweep trial's ranks stop at by themselves (jobspec.exit_codes.PAUSE_AT_ENV: ``steps:N`` or
     ``epochs:N``, the rung the trial may train to); None where nothing short of the end is asked. A value the
     trainer cannot read is ignored with a warning: the trial then trains on, as before pauses were exact."""
     if not raw:

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import torch
 
+from jobspec.spec import ProfileSpec
 from torchyard.atomic import replacing
 from trainer.distributed import RankInfo
-from trainer.spec import ProfileSpec
 
 log = logging.getLogger(__name__)
 

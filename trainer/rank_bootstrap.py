@@ -18,7 +18,7 @@ entrypoint, so that before any of the user's code runs:
   an indexed CPU device (``cpu:0``, Accelerate's device for CPU ranks) works (trainer.cpu_locations);
 * first of all, the rank gets the parent-death signal, like catalog ranks: it dies with torchrun instead
   of holding a GPU after its launcher is gone, and exits at once if torchrun died while it started
-  (trainer.pdeathsig.die_with_parent);
+  (jobspec.pdeathsig.die_with_parent);
 * the run directory (the working directory) is not on ``sys.path``: the worker starts the ranks
   with ``PYTHONSAFEPATH=1``, and the entry is dropped here as well for interpreters without it;
 * the code root comes first on ``sys.path`` (and on ``PYTHONPATH`` for processes the script
@@ -50,13 +50,13 @@ import sys
 import threading
 from typing import NoReturn
 
-from trainer.pdeathsig import die_with_parent
+from jobspec.pdeathsig import die_with_parent
 
 if __name__ == "__main__":
     die_with_parent()  # before anything else is imported: the window in which torchrun's death goes unseen
 
+from jobspec.paths import within  # noqa: E402
 from trainer import cpu_locations, leaks, pg_watch  # noqa: E402
-from trainer.paths import within  # noqa: E402
 from trainer.rank_output import interleave  # noqa: E402
 
 USAGE = "usage: python -m trainer.rank_bootstrap CODE_ROOT file PATH|module NAME PATH|installed NAME [ARGS...]"

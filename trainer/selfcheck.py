@@ -99,8 +99,8 @@ def _events(run_dir: Path) -> list[dict[str, Any]]:
 
 
 def _train(raw: dict[str, Any], run_dir: Path, rank: Any, data_dir: Path) -> list[dict[str, Any]]:
+    from jobspec.spec import JobSpec, SpecLimits, parse_spec
     from trainer import engine
-    from trainer.spec import JobSpec, SpecLimits, parse_spec
 
     spec = parse_spec(raw, SpecLimits(data_dir=data_dir))
     assert isinstance(spec, JobSpec)

@@ -18,13 +18,13 @@ from jobs.reconciler import ReconcilerLoop
 from jobs.scheduler import SchedulerLoop
 from jobs.settings import get_settings
 from jobs.sweeps.controller import SweepLoop
-from trainer.pdeathsig import set_not_dumpable
+from jobspec.pdeathsig import set_not_dumpable
 from worker import mlflow_runs
 from worker.health import HealthCheck
 from worker.host import HostHeartbeat, inventory
 from worker.host_runner import HostRunner
-from worker.isolation import on_worker_start
-from worker.leftovers import LeftoverSweep
+from worker.sandbox.isolation import on_worker_start
+from worker.sandbox.leftovers import LeftoverSweep
 
 # What the Slurm executor runs (worker/executors/slurm.py); sacct is optional.
 SLURM_COMMANDS = ("sbatch", "scontrol", "scancel")

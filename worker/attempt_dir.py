@@ -9,10 +9,10 @@ import os
 import shutil
 from pathlib import Path
 
+from jobspec.spec import AnySpec
 from torchyard.atomic import write_atomic
-from trainer.spec import AnySpec
-from worker import run_dirs
 from worker.launch import ERROR_FILE, SPEC_FILE
+from worker.sandbox import run_dirs
 
 log = logging.getLogger(__name__)
 

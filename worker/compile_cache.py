@@ -23,7 +23,7 @@ import secrets
 from pathlib import Path
 
 from jobs.settings import Settings
-from worker.job_users import JobIdentity, isolation_mode
+from worker.sandbox.job_users import JobIdentity, isolation_mode
 
 ROOT_NAME = ".compile-cache"
 _SALT = ".salt"

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from jobs.settings import Settings
-from trainer.spec import AnySpec, ScriptJobSpec, SpecLimits, spec_from_dict, spec_problems
-from trainer.spec_view import StoredSpec
+from jobspec.spec import AnySpec, ScriptJobSpec, SpecLimits, spec_from_dict, spec_problems
+from jobspec.view import StoredSpec
 
 NVIDIA_PROC = Path("/proc/driver/nvidia/gpus")
 

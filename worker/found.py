@@ -17,8 +17,8 @@ from sqlmodel import Session
 
 from jobs.ingest_found import FoundCheckpoint, FoundPoint, ingest_found, last_found_seq
 from jobs.settings import Settings
-from trainer.resume_args import render
-from trainer.spec import AnySpec, ScriptJobSpec
+from jobspec.resume_args import render
+from jobspec.spec import AnySpec, ScriptJobSpec
 from worker import checkpoints_found, step_inside, workdir
 from worker.tb_tail import RESCAN_S, TensorBoardTail
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from jobs import bundles
 from jobs.models import Job
 from jobs.settings import Settings
-from trainer.spec import JobSpec, ScriptJobSpec
+from jobspec.spec import JobSpec, ScriptJobSpec
 from worker import venvs, workdir
 from worker.venvs import SetupFailed, SetupInterrupted
 

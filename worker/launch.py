@@ -24,13 +24,13 @@ from sqlmodel import Session
 
 from jobs import secrets as job_secrets
 from jobs.settings import Settings
+from jobspec.env_rules import env_name_problem, name_problem
+from jobspec.exit_codes import PAUSE_AT_ENV
+from jobspec.spec import JobSpec, ScriptJobSpec, SpecError, SpecProblem, resolve_entrypoint
+from jobspec.torchrun_args import launcher_flags, trainer_program
 from torchyard.sinks.factory import MLFLOW_URI_ENV
-from trainer.env_rules import env_name_problem, name_problem
-from trainer.exit_codes import PAUSE_AT_ENV
-from trainer.spec import JobSpec, ScriptJobSpec, SpecError, SpecProblem, resolve_entrypoint
-from trainer.torchrun_args import launcher_flags, trainer_program
 from worker import venvs, workdir
-from worker.processes import JOB_MARK, NODE_MARK
+from worker.sandbox.processes import JOB_MARK, NODE_MARK
 
 log = logging.getLogger(__name__)
 

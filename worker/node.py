@@ -27,13 +27,13 @@ from jobs.models import Job, Status
 from jobs.scheduler import task_id
 from jobs.settings import Settings
 from jobs.sweeps.pauses import trial_pause
-from trainer.spec import SpecError, spec_from_dict
+from jobspec.spec import SpecError, spec_from_dict
 from worker import devices
 from worker.executors import make_executor
 from worker.executors.base import LaunchError, LaunchRequest
 from worker.host import advertised_address
-from worker.isolation import follower_identity
 from worker.launch import NodeLaunch, rank_secrets
+from worker.sandbox.isolation import follower_identity
 
 log = logging.getLogger(__name__)
 

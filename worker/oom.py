@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from trainer.spec_view import StoredSpec
+from jobspec.view import StoredSpec
 
 MAX_GRAD_ACCUM = 1024  # TrainSpec.grad_accum_steps' upper bound
 

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from jobs.models import ErrorType
-from trainer.exit_codes import PREEMPTED_EXIT_CODE, SPEC_ERROR_EXIT_CODE
+from jobspec.exit_codes import PREEMPTED_EXIT_CODE, SPEC_ERROR_EXIT_CODE
 from trainer.rank_output import OUTPUT_LOG, find_rank_dir
-from worker.run_dirs import open_job_file, read_job_bytes
+from worker.sandbox.run_dirs import open_job_file, read_job_bytes
 
 log = logging.getLogger(__name__)
 

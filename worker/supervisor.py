@@ -35,10 +35,10 @@ from jobs.models import ErrorType, Job, Status
 from jobs.settings import Settings, get_settings
 from jobs.states import TransitionRefused
 from jobs.sweeps.pauses import trial_pause
+from jobspec.pdeathsig import set_not_dumpable
+from jobspec.spec import AnySpec, SpecError, spec_from_dict
+from jobspec.view import StoredSpec
 from trainer import pg_watch
-from trainer.pdeathsig import set_not_dumpable
-from trainer.spec import AnySpec, SpecError, spec_from_dict
-from trainer.spec_view import StoredSpec
 from worker import attempt_dir, devices, engine_attempts, job_code, outcome, verdict_record
 from worker import node as nodes
 from worker.executors import make_executor
@@ -46,12 +46,12 @@ from worker.executors.base import Launch, LaunchError, LaunchRequest, Phase, Ran
 from worker.found import found_in_run, resume_arguments
 from worker.gang_control import Gang
 from worker.intake import Intake
-from worker.isolation import Isolation
-from worker.job_users import JobIdentity
 from worker.launch import ERROR_FILE, rank_secrets
 from worker.lease import Lease
 from worker.outcome import Failure
-from worker.uid_leases import NoFreeUid
+from worker.sandbox.isolation import Isolation
+from worker.sandbox.job_users import JobIdentity
+from worker.sandbox.uid_leases import NoFreeUid
 from worker.verdicts import Facts, Stop, Why, judge
 
 log = logging.getLogger(__name__)

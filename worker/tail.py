@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from worker.run_dirs import open_job_file
+from worker.sandbox.run_dirs import open_job_file
 
 log = logging.getLogger(__name__)
 

@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from jobs.settings import Settings
-from trainer.requirements import canonical
+from jobspec.requirements import canonical
 from worker import torch_builds
 
 log = logging.getLogger(__name__)

@@ -19,7 +19,7 @@ from typing import Any
 from jobs import gpu_faults
 from jobs.models import ErrorType, Status
 from jobs.states import loss_forgiven
-from trainer.exit_codes import PAUSED_PHASE
+from jobspec.exit_codes import PAUSED_PHASE
 from worker import oom
 from worker.executors.base import Phase, RankState, engine_verdict
 from worker.outcome import Failure, was_preempted

@@ -9,7 +9,7 @@ entrypoint resolves in the copy as it did at submission. An installed module get
 
 The copy is made once per job and reused by every attempt (a framework resuming finds what it wrote), and by
 every node of a multi-node job on shared storage. It is made by the worker in a private temporary directory,
-renamed into place, then handed to the job's uid with the rest of the run directory (worker/run_dirs.py); the
+renamed into place, then handed to the job's uid with the rest of the run directory (worker/sandbox/run_dirs.py); the
 bundle store and ``code/`` stay read-only. ``workdir.json`` records the uploaded files, so the API lists only
 what the job wrote (jobs/workdir_files.py). Modification times are kept: an uploaded ``*.ckpt`` or event file
 is older than the job, and so never taken for one of its own.
@@ -28,7 +28,7 @@ from pathlib import Path
 from jobs import bundles
 from jobs.settings import Settings
 from jobs.workdir_files import MANIFEST_NAME, WORKDIR_NAME, Uploaded, manifest_json
-from trainer.spec import ScriptJobSpec, resolve_entrypoint
+from jobspec.spec import ScriptJobSpec, resolve_entrypoint
 from worker.venvs import SetupFailed
 
 log = logging.getLogger(__name__)

@@ -18,7 +18,7 @@ from api.job_reader import JobReader
 from api.schemas import CheckpointList, CheckpointOut, JobList, JobOut, MetricList, MetricOut
 from jobs import bundles, checkpoint_archive, cursors, dependencies, job_control, job_lookup, job_pages, scheduler, submission, weights_file
 from jobs.models import Status
-from trainer.spec import LABEL_KEY_PATTERN, AnySpec, SpecError, SpecProblem, spec_problems
+from jobspec.spec import LABEL_KEY_PATTERN, AnySpec, SpecError, SpecProblem, spec_problems
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
@@ -63,7 +63,7 @@ def submit_job(
     return JobOut.detail(job_lookup.job_detail(session, redis, settings, principal.owner, sub.job.id))
 
 
-# A label filter: a key as labels have them (trainer.spec.LABEL_KEY_PATTERN), '=', any value.
+# A label filter: a key as labels have them (jobspec.spec.LABEL_KEY_PATTERN), '=', any value.
 LABEL_FILTER = r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}="
 LabelFilter = Annotated[str, StringConstraints(pattern=LABEL_FILTER, max_length=1024)]
 

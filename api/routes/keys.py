@@ -11,7 +11,7 @@ from api.deps import SessionDep, SettingsDep
 from api.errors import responses
 from api.schemas import KeyCreate, KeyCreated, KeyList, KeyOut
 from jobs import keys
-from trainer.spec import SpecError, SpecProblem
+from jobspec.spec import SpecError, SpecProblem
 
 router = APIRouter(prefix="/v1/keys", tags=["keys"])
 

@@ -11,7 +11,7 @@ from api.deps import SessionDep
 from api.errors import responses
 from api.schemas import QuotaIn, QuotaList, QuotaOut
 from jobs import quotas
-from trainer.spec import NAME_PATTERN
+from jobspec.spec import NAME_PATTERN
 
 router = APIRouter(prefix="/v1/quotas", tags=["quotas"])
 Owner = Annotated[str, Path(pattern=NAME_PATTERN, max_length=64, description="The owner (tenant) the quota is for.")]

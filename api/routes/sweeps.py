@@ -16,7 +16,7 @@ from jobs import bundles, cursors
 from jobs.models import Sweep, SweepTrial
 from jobs.sweeps import asha, store
 from jobs.sweeps.spec import SweepSpec
-from trainer.spec import SpecError
+from jobspec.spec import SpecError
 
 router = APIRouter(prefix="/v1/sweeps", tags=["sweeps"])
 

@@ -12,7 +12,7 @@ from api.errors import responses
 from api.webhook_schemas import DeliveryList, DeliveryOut, WebhookCreate, WebhookCreated, WebhookList, WebhookOut
 from jobs.secrets import SecretsUnavailable
 from jobs.webhooks import ssrf, store
-from trainer.spec import SpecError, SpecProblem
+from jobspec.spec import SpecError, SpecProblem
 
 router = APIRouter(prefix="/v1/webhooks", tags=["webhooks"])
 WebhookId = Annotated[str, Path(min_length=1, max_length=32)]

@@ -3,7 +3,7 @@
 
 export const TERMINAL = new Set(["succeeded", "failed", "cancelled"]);
 export const ACTIVE = new Set(["queued", "running", "cancelling"]);
-// Mirrors trainer/catalog.py defaults; only used to estimate total steps for progress bars.
+// Mirrors jobspec/catalog.py defaults; only used to estimate total steps for progress bars.
 const DEFAULT_SAMPLES = { "synthetic-classification": 8192, "synthetic-regression": 8192, "synthetic-lm": 4096 };
 export const MISSING = "–";
 

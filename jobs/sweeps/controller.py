@@ -29,7 +29,7 @@ from jobs.sweeps import asha
 from jobs.sweeps.sampling import params_of
 from jobs.sweeps.spec import SweepSpec, rank_key, trial_spec
 from jobs.webhooks import events as webhook_events
-from trainer.spec import spec_from_dict
+from jobspec.spec import spec_from_dict
 
 log = logging.getLogger(__name__)
 

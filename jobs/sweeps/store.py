@@ -26,7 +26,7 @@ from jobs.models import Job, Status, Sweep, SweepTrial, utcnow
 from jobs.sweeps.sampling import params_of
 from jobs.sweeps.spec import Choice, IntRange, SweepSpec, set_path, trial_spec
 from jobs.webhooks import events as webhook_events
-from trainer.spec import JobSpec, ScriptJobSpec, SpecLimits, SpecProblem, spec_from_dict, spec_problems
+from jobspec.spec import JobSpec, ScriptJobSpec, SpecLimits, SpecProblem, spec_from_dict, spec_problems
 
 log = logging.getLogger(__name__)
 

@@ -16,9 +16,9 @@ from jobs import leader
 from jobs.models import Status
 from jobs.scheduler import run_pass
 from jobs.settings import Settings
+from jobspec import catalog
+from jobspec.spec import SPEC_ADAPTER
 from tests.api.conftest import ADMIN, key_headers, mlp_spec, session_of, start_job
-from trainer import catalog
-from trainer.spec import SPEC_ADAPTER
 
 
 @pytest.fixture

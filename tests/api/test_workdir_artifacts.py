@@ -11,9 +11,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from jobs.settings import Settings
+from jobspec.spec import ScriptJobSpec
 from tests.api.conftest import key_headers, mlp_spec, start_job
 from tests.worker.test_workdir import DIGEST, bundle_run
-from trainer.spec import ScriptJobSpec
 from worker import workdir
 
 

@@ -19,7 +19,7 @@ from jobs.db import get_engine, init_db
 from jobs.models import Attempt
 from jobs.settings import Settings
 from tests.conftest import make_settings
-from worker.processes import marked_processes
+from worker.sandbox.processes import marked_processes
 
 
 @pytest.fixture

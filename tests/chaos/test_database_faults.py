@@ -20,7 +20,7 @@ from tests import postgres_server
 from tests.chaos.conftest import assert_nothing_lost, attempts, faults, slow, spec, wait_step
 from tests.conftest import make_settings
 from tests.helpers import Services, tree, wait_until
-from worker.processes import marked_processes
+from worker.sandbox.processes import marked_processes
 
 TERMINAL = {"succeeded", "failed", "cancelled"}
 

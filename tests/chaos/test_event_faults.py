@@ -8,7 +8,7 @@ import pytest
 
 from tests.chaos.conftest import loss_steps
 from tests.helpers import Services
-from worker.processes import marked_processes
+from worker.sandbox.processes import marked_processes
 
 pytestmark = pytest.mark.slow
 

@@ -18,7 +18,7 @@ from jobs.models import Transition
 from jobs.settings import Settings
 from tests.chaos.conftest import assert_nothing_lost, attempts, faults, slow, spec, wait_step
 from tests.helpers import Services, tree, wait_until
-from worker.processes import marked_processes
+from worker.sandbox.processes import marked_processes
 
 pytestmark = pytest.mark.slow
 
@@ -64,7 +64,7 @@ def test_supervisor_frozen_past_its_lease_writes_and_kills_nothing_when_it_wakes
     assert [a.outcome for a in attempts(settings, job_id)] == ["lost", "succeeded"]
     log = (services.logs / "stale.log").read_text(errors="replace")
     # It woke to a fenced write, or its lease watchdog (past 0.8 TTL) fired first, or (its ranks ended meanwhile by
-    # the fresh worker's sweep of lapsed attempts, worker/leftovers.py) its verdict's write was refused by the fence:
+    # the fresh worker's sweep of lapsed attempts, worker/sandbox/leftovers.py) its verdict's write was refused by the fence:
     # either way it gave up, and the transitions above show it wrote nothing.
     assert ("lost ownership" in log or "stopping this attempt's processes" in log or "lease not renewed" in log
             or f"job {job_id}: fail refused" in log)

@@ -10,7 +10,7 @@ import pytest
 from jobs.settings import Settings
 from tests.chaos.conftest import assert_nothing_lost, attempts, faults, slow, spec, wait_step
 from tests.helpers import Services, wait_until
-from worker.processes import marked_processes
+from worker.sandbox.processes import marked_processes
 
 TERMINAL = {"succeeded", "failed", "cancelled"}
 

@@ -15,7 +15,7 @@ import pytest
 from jobs.settings import Settings
 from tests.chaos.conftest import assert_nothing_lost, attempts, faults, loss_steps, slow, spec, wait_step
 from tests.helpers import Services, assert_resumed_after_a_kill, wait_until
-from worker.processes import marked_processes
+from worker.sandbox.processes import marked_processes
 
 log = logging.getLogger(__name__)
 

@@ -165,7 +165,7 @@ def test_dockerignore_keeps_secrets_out_of_the_build_context() -> None:
 
 def test_quick_start_job_is_a_valid_spec() -> None:
     """The job docs/deploy.md's quick start POSTs is accepted: the docs stay exact."""
-    from trainer.spec import parse_spec
+    from jobspec.spec import parse_spec
 
     text = (ROOT / "docs" / "deploy.md").read_text(encoding="utf-8")
     match = re.search(r"-d '(\{.*?\})'\n", text, re.S)

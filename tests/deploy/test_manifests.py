@@ -20,11 +20,11 @@ from typing import Any
 import pytest
 import yaml
 
+from jobspec.spec import parse_spec
 from manifests.__main__ import main
 from manifests.launch import kube_name, slurm_time
 from stack.redis_server import free_port
 from tests.deploy.composefile import ROOT
-from trainer.spec import parse_spec
 
 SPEC: dict[str, Any] = {
     "name": "Tiny_MLP.v1",

@@ -11,7 +11,7 @@ from safetensors.torch import load_file
 
 from tests.helpers import Services
 from trainer.checkpoint import load_model
-from worker.processes import marked_processes
+from worker.sandbox.processes import marked_processes
 
 pytestmark = pytest.mark.slow
 

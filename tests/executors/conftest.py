@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 
 from jobs.settings import Settings
+from jobspec.spec import parse_spec
 from stack import slurm_cluster
 from stack.slurm_cluster import SlurmCluster
 from tests.conftest import make_settings
 from tests.helpers import ROOT, wait_until
-from trainer.spec import parse_spec
 from worker.executors.base import Executor, Launch, LaunchRequest, RankState
 
 

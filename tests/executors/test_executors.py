@@ -23,7 +23,7 @@ from worker.executors import make_executor
 from worker.executors.base import EngineReason, Executor, Phase, engine_verdict
 from worker.executors.local import LocalExecutor
 from worker.executors.slurm import SlurmExecutor
-from worker.processes import marked_processes
+from worker.sandbox.processes import marked_processes
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("rank_env")]
 

@@ -23,7 +23,7 @@ from tests.chaos.conftest import faults, loss_steps, slow, wait_step
 from tests.conftest import make_settings
 from tests.executors.conftest import events, job_spec
 from tests.helpers import Services, wait_until
-from worker.processes import marked_processes
+from worker.sandbox.processes import marked_processes
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 

@@ -166,7 +166,7 @@ def accepted_unless_a_semantic_rule(ctx: Any, response: Any, case: schemathesis.
 @schemathesis.check
 def rejected_unless_lax_scalars(ctx: Any, response: Any, case: schemathesis.Case) -> bool | None:
     """negative_data_rejection, but for a spec whose only fault is a scalar of another type that pydantic's lax mode
-    converts (false for an integer, 0 for a boolean, "3" for a number): the known defect of trainer.spec, nothing else."""
+    converts (false for an integer, 0 for a boolean, "3" for a number): the known defect of jobspec.spec, nothing else."""
     try:
         return negative_data_rejection(ctx, response, case)
     except AcceptedNegativeData as failure:

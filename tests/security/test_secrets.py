@@ -20,7 +20,7 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
-import trainer.pdeathsig
+import jobspec.pdeathsig
 from jobs.db import get_engine
 from tests.helpers import wait_until
 from tests.security.conftest import Live
@@ -60,7 +60,7 @@ def test_a_jobs_processes_cannot_read_the_services_environment(live: Live) -> No
 
 
 def test_not_dumpable_closes_environ_to_the_same_user(tmp_path_factory: pytest.TempPathFactory) -> None:
-    """trainer.pdeathsig.set_not_dumpable, as the API, the worker and its work horses call it at start: a process of the
+    """jobspec.pdeathsig.set_not_dumpable, as the API, the worker and its work horses call it at start: a process of the
     same unprivileged user cannot read the caller's environment; without it, it can."""
     as_user: list[str] = []
     python = sys.executable
@@ -71,7 +71,7 @@ def test_not_dumpable_closes_environ_to_the_same_user(tmp_path_factory: pytest.T
         as_user, python = [setpriv, "--reuid", "65534", "--regid", "65534", "--clear-groups"], str(system_python)
     work = Path(tempfile.mkdtemp(prefix="dumpable-"))
     work.chmod(0o755)
-    (work / "pdeathsig.py").write_text((Path(trainer.pdeathsig.__file__)).read_text())
+    (work / "pdeathsig.py").write_text((Path(jobspec.pdeathsig.__file__)).read_text())
     (work / "pdeathsig.py").chmod(0o644)
     target = ("import sys, time; sys.path.insert(0, {work!r}); import pdeathsig; "
               "assert {hide} is False or pdeathsig.set_not_dumpable(); print('ready', flush=True); time.sleep(60)")

@@ -22,9 +22,9 @@ READS = ("item", "tolist", "__bool__", "__float__", "__int__", "__index__", "cpu
 
 
 def main(spec_path: str, run_dir: str, out: str) -> None:
+    from jobspec.spec import parse_spec
     from trainer import distributed, engine
     from trainer.profiling import StepProfiler
-    from trainer.spec import parse_spec
 
     step = {"now": 0}
     reads: dict[int, list[str]] = defaultdict(list)

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import torch.distributed as dist
 
+from jobspec.exit_codes import exit_now
+from jobspec.spec import parse_spec
 from trainer import distributed, engine
-from trainer.exit_codes import exit_now
-from trainer.spec import parse_spec
 
 
 def main(cases_file: str) -> int:

@@ -29,7 +29,7 @@ RANK = textwrap.dedent('''
     from trainer.distributed import RankInfo
     from torchyard.events import EventWriter
     from trainer.metrics import MetricsReporter
-    from trainer.spec import spec_from_dict
+    from jobspec.spec import spec_from_dict
 
     run_dir, store = Path(sys.argv[1]), sys.argv[2]
     dist.init_process_group("gloo", init_method="file://" + store, rank=0, world_size=1)

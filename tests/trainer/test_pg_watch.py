@@ -8,10 +8,10 @@ import sys
 import textwrap
 from pathlib import Path
 
+from jobspec.env_rules import env_name_problem
+from jobspec.spec import spec_from_dict
 from tests.helpers import ROOT
 from trainer import pg_watch
-from trainer.env_rules import env_name_problem
-from trainer.spec import spec_from_dict
 from worker.devices import cpu_env
 
 RANK = textwrap.dedent('''

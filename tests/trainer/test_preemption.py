@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from jobspec.exit_codes import PREEMPTED_EXIT_CODE
 from tests.trainer.helpers import REPO, events, rank_env, spec, torchrun_cmd
 from trainer.checkpoint import read_meta
-from trainer.exit_codes import PREEMPTED_EXIT_CODE
 
 pytestmark = pytest.mark.slow
 

@@ -12,16 +12,16 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+from jobspec import catalog
+from jobspec.exit_codes import SPEC_ERROR_EXIT_CODE
+from jobspec.spec import ScheduleSpec
 from tests.trainer.helpers import REPO, rank_env, spec
 from torchyard.events import EventWriter, last_seq
-from trainer import catalog
 from trainer.data import DataInfo, build_dataset
 from trainer.data.loader import TrainBatches, eval_batches
 from trainer.distributed import RankInfo
-from trainer.exit_codes import SPEC_ERROR_EXIT_CODE
 from trainer.models import build_model, model_blocks
 from trainer.optim import lr_factor
-from trainer.spec import ScheduleSpec
 
 
 def test_lr_warmup_then_cosine_to_floor() -> None:
@@ -199,7 +199,7 @@ def test_examples_are_valid_specs() -> None:
     import yaml
 
     from jobs.sweeps.spec import SweepSpec
-    from trainer.spec import load_spec_file, spec_from_dict
+    from jobspec.spec import load_spec_file, spec_from_dict
 
     files = sorted((REPO / "examples").glob("*.yaml"))
     assert files
@@ -219,8 +219,8 @@ def test_examples_are_valid_specs() -> None:
     (True, "cpu", {}, True),
 ])
 def test_train_compile_unset_compiles_on_cuda_only(compile_: bool | None, device: str, extra: dict, expected: bool) -> None:
+    from jobspec.spec import parse_spec
     from trainer.parallel import compile_enabled
-    from trainer.spec import parse_spec
 
     job = spec("c", model={"name": "gpt", "args": {"n_layer": 2, "n_head": 2, "n_embd": 16, "block_size": 16}},
                data={"name": "synthetic-lm", "args": {"samples": 64, "vocab_size": 32, "seq_len": 16}}, nproc=2)
@@ -254,8 +254,8 @@ def test_each_catalog_model_has_one_spec_that_agrees_with_its_contract(name: str
 
 def test_mfu_flops_come_from_the_model_spec_with_the_catalogs_defaults() -> None:
     # Left out of the spec, n_layer and n_embd are the catalog's defaults (2 and 128), as the model was built with.
+    from jobspec.spec import parse_spec
     from trainer.engine import _flops_per_sample
-    from trainer.spec import parse_spec
 
     job = parse_spec({"name": "mfu", "model": {"name": "gpt", "args": {"block_size": 16}},
                       "data": {"name": "synthetic-lm", "args": {"samples": 16, "seq_len": 16, "vocab_size": 32}}})

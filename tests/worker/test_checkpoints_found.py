@@ -12,8 +12,8 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from trainer.resume_args import render, template_problem
-from trainer.spec import SpecLimits, parse_spec, spec_from_dict
+from jobspec.resume_args import render, template_problem
+from jobspec.spec import SpecLimits, parse_spec, spec_from_dict
 from worker.checkpoints_found import discover, latest, step_from_name
 from worker.found import Found, resume_arguments
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from jobs.settings import Settings
+from jobspec.spec import parse_spec
 from tests.helpers import Services, wait_until
-from trainer.spec import parse_spec
 from worker.devices import PlacementError, gpu_count, place
 
 TERMINAL = {"succeeded", "failed", "cancelled"}

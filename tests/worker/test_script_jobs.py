@@ -15,7 +15,7 @@ from sqlmodel import Session
 from jobs.db import get_engine
 from jobs.models import Job
 from tests.helpers import ROOT, Services
-from worker.processes import marked_processes
+from worker.sandbox.processes import marked_processes
 
 pytestmark = pytest.mark.slow
 

@@ -16,9 +16,8 @@ from cryptography.fernet import Fernet
 from pydantic import ValidationError
 
 from jobs.settings import Settings
-from tests.helpers import ROOT
-from trainer.env_rules import env_name_problem, name_problem
-from trainer.spec import (
+from jobspec.env_rules import env_name_problem, name_problem
+from jobspec.spec import (
     JobSpec,
     ScriptJobSpec,
     SpecError,
@@ -28,6 +27,7 @@ from trainer.spec import (
     spec_from_dict,
     spec_problems,
 )
+from tests.helpers import ROOT
 from worker import venvs
 from worker.launch import BOOTSTRAP, RESUME_FROM_ENV, RUN_DIR_ENV, torchrun_command, torchrun_env
 
@@ -116,7 +116,7 @@ def test_entrypoints_resolve_under_the_code_root(code: Path, tmp_path: Path) -> 
 
 def test_checking_a_module_imports_nothing(code: Path) -> None:
     # The API process must not run a package's __init__ just to check an entrypoint; a fresh interpreter shows it.
-    probe = ("import sys; from trainer.spec import resolve_entrypoint; resolve_entrypoint('yaml.composer', None, {'yaml.composer'}); "
+    probe = ("import sys; from jobspec.spec import resolve_entrypoint; resolve_entrypoint('yaml.composer', None, {'yaml.composer'}); "
              "assert 'yaml' not in sys.modules, 'imported'")
     subprocess.run([sys.executable, "-c", probe], check=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
     # A package in the code root with an __init__ that would raise on import is checked without running it.

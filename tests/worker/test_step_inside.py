@@ -12,7 +12,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from trainer.spec import spec_from_dict
+from jobspec.spec import spec_from_dict
 from worker import step_inside
 from worker.checkpoints_found import discover
 from worker.found import Found, not_applied, resume_arguments

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from jobs import gpu_faults
 from jobs.models import ErrorType, Status
 from jobs.states import ALLOWED
-from trainer.exit_codes import PAUSED_PHASE, PREEMPTED_EXIT_CODE
+from jobspec.exit_codes import PAUSED_PHASE, PREEMPTED_EXIT_CODE
 from worker.executors.base import EngineReason, Phase, RankState
 from worker.outcome import Failure
 from worker.verdicts import Facts, Stop, Verdict, Why, judge

@@ -11,7 +11,7 @@ import pytest
 
 from jobs.settings import Settings
 from jobs.workdir_files import list_written
-from trainer.spec import ScriptJobSpec
+from jobspec.spec import ScriptJobSpec
 from worker import workdir
 from worker.launch import start_dir, torchrun_command, torchrun_env
 from worker.venvs import SetupFailed

@@ -13,7 +13,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
-from trainer import catalog
+from jobspec import catalog
 from trainer.data.base import DataInfo, DatasetBundle, TensorPairs, TokenChunks
 from trainer.data.files import build_tensor_file, build_text_file
 from trainer.data.synthetic import build_synthetic_classification, build_synthetic_lm, build_synthetic_regression

@@ -7,8 +7,8 @@ from typing import Any
 
 import torch
 
+from jobspec.paths import data_file
 from trainer.data.base import DataInfo, DatasetBundle, TensorPairs, TokenChunks
-from trainer.paths import data_file
 
 
 def _under_root(data_dir: Path | None, relative: str, field: str) -> Path:

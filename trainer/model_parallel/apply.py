@@ -9,12 +9,12 @@ from typing import Any
 import torch
 from torch import nn
 
+from jobspec.spec import JobSpec
 from trainer.distributed import RankInfo
 from trainer.model_parallel.mesh import build_mesh, data_rank
 from trainer.model_parallel.pipeline import build_pipeline
 from trainer.model_parallel.tensor import apply_tensor_parallel
 from trainer.models import full_args, model_blocks, model_spec
-from trainer.spec import JobSpec
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ def apply_model_parallel(model: nn.Module, rank: RankInfo, spec: JobSpec, task: 
     dp_mesh = mesh["dp"]
     dp = dp_mesh.size()
     strategy = spec.parallel.strategy
-    # spec_rules admits only models whose catalog entry names pipeline blocks or tensor heads; their SPEC says how.
+    # jobspec.rules admits only models whose catalog entry names pipeline blocks or tensor heads; their SPEC says how.
     model_knows = model_spec(spec.model.name)
     assert model_knows is not None
     log.info("model-parallel mesh %s %s, %s over dp", tuple(mesh.shape), mesh.mesh_dim_names, strategy if dp > 1 else "nothing")

@@ -6,8 +6,8 @@ import dataclasses
 
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
+from jobspec.spec import JobSpec
 from trainer.distributed import RankInfo
-from trainer.spec import JobSpec
 
 
 def model_parallel_degree(spec: JobSpec) -> tuple[str, int] | None:

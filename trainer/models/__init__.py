@@ -13,7 +13,7 @@ from typing import Any
 
 from torch import nn
 
-from trainer import catalog
+from jobspec import catalog
 from trainer.data.base import DataInfo
 from trainer.models.spec import ModelSpec
 

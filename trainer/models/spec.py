@@ -1,7 +1,7 @@
 """What the trainer knows of one catalog model, in one place (as torchtitan's ModelSpec): how to build it, how a
 pipeline cuts it, how tensor parallelism shards its blocks, and its training FLOPs for MFU.
 
-The model's arguments and the rules between them and the data stay in ``trainer.catalog`` (the torch-free contract
+The model's arguments and the rules between them and the data stay in ``jobspec.catalog`` (the torch-free contract
 the API checks specs with); everything the ranks need of the model lives beside its code, on its ``SPEC``.
 """
 

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Protocol
 
 from jobs.models import ErrorType
-from trainer.spec import AnySpec
-from worker.job_users import JobIdentity
+from jobspec.spec import AnySpec
 from worker.launch import NodeLaunch
+from worker.sandbox.job_users import JobIdentity
 
 # Node 0's torchrun output, under logs/attempt-<k>/ of the run directory (node k > 0: launcher-node-<k>.log).
 LAUNCHER_LOG = "launcher.log"
@@ -75,13 +75,13 @@ class LaunchRequest:
     node: NodeLaunch | None = None
     # The job's decrypted secrets (jobs/secrets.py), for the ranks' environment only; never logged or written.
     secrets: dict[str, str] = field(default_factory=dict, repr=False)
-    # The uid (and cgroup) the ranks run as (worker/job_users.py); None: the worker's own user.
+    # The uid (and cgroup) the ranks run as (worker/sandbox/job_users.py); None: the worker's own user.
     identity: JobIdentity | None = None
     # The placement's physical GPU indices on this host (CUDA_VISIBLE_DEVICES); None: not placed on GPUs.
     gpus: tuple[int, ...] | None = None
     # The job's owner: whose compile caches the ranks use (worker/compile_cache.py).
     owner: str = ""
-    # A sweep trial's stop ("steps:N", "epochs:N"; trainer.exit_codes.PAUSE_AT_ENV); None: it trains to the end.
+    # A sweep trial's stop ("steps:N", "epochs:N"; jobspec.exit_codes.PAUSE_AT_ENV); None: it trains to the end.
     pause_at: str | None = None
 
     @property

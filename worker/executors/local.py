@@ -1,7 +1,7 @@
 """The local executor: torchrun on this worker's host, in its own session, killed with the worker.
 
 Exactly what the supervisor has always done (worker/launch.py builds the command and environment,
-worker/processes.py owns the process tree); each node of a multi-node job is started on the host
+worker/sandbox/processes.py owns the process tree); each node of a multi-node job is started on the host
 the scheduler placed it on (worker/node.py).
 """
 
@@ -12,10 +12,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from jobs.settings import Settings
-from worker import processes
 from worker.compile_cache import compile_cache_env
 from worker.executors.base import LAUNCHER_LOG, Launch, LaunchError, LaunchRequest, Phase, RankState
 from worker.launch import start_dir, torchrun_command, torchrun_env
+from worker.sandbox import processes
 
 
 @dataclass

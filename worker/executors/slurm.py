@@ -31,12 +31,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from jobs.settings import Settings
+from jobspec.exit_codes import PAUSE_AT_ENV
 from manifests.launch import DEFAULT_RDZV_PORT, default_gpus
 from manifests.slurm import Allocation, directives, rendezvous
-from trainer.exit_codes import PAUSE_AT_ENV
 from worker.executors.base import LAUNCHER_LOG, EngineReason, Launch, LaunchError, LaunchRequest, Phase, RankState
 from worker.launch import start_dir, torchrun_command, torchrun_env
-from worker.processes import JOB_MARK, NODE_MARK
+from worker.sandbox.processes import JOB_MARK, NODE_MARK
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
 ACTIVE = frozenset({"queued", "running", "cancelling"})
 
-# Default ``samples`` of the catalog datasets, mirrored from trainer/catalog.py so the client
+# Default ``samples`` of the catalog datasets, mirrored from jobspec/catalog.py so the client
 # stays free of service imports; only used to estimate total steps for progress bars.
 _DEFAULT_SAMPLES = {"synthetic-classification": 8192, "synthetic-regression": 8192, "synthetic-lm": 4096}
 

@@ -161,7 +161,7 @@ def _link_target(root: Path, rel: str) -> str:
     link = root / rel
     raw = os.readlink(link)
     resolved = (link.parent / raw).resolve() if not os.path.isabs(raw) else Path(raw).resolve()
-    # Not trainer.paths.within: the client imports nothing of `trainer`, which a user's own trainer.py shadows.
+    # Not jobspec.paths.within: the client imports nothing of the service (nor `trainer`, which a user's trainer.py shadows).
     if resolved != root and root not in resolved.parents:
         raise PackError(f"{rel} is a symlink to {raw}, outside {root}: copy the file in, or list it in .torchyardignore")
     return os.path.relpath(resolved, link.parent) if os.path.isabs(raw) else raw

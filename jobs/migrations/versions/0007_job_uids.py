@@ -1,4 +1,4 @@
-"""The uid each running attempt holds (worker/job_users.py): one row per uid in use, across every worker.
+"""The uid each running attempt holds (worker/sandbox/job_users.py): one row per uid in use, across every worker.
 
 Revision ID: 0007_job_uids
 Revises: 0006_owner_counters

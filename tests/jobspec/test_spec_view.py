@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from trainer.spec import spec_from_dict
-from trainer.spec_view import StoredSpec
+from jobspec.spec import spec_from_dict
+from jobspec.view import StoredSpec
 
 
 @given(nnodes=st.integers(1, 4), nproc=st.sampled_from([1, 2, 8, "gpu"]), device=st.sampled_from(["auto", "cpu", "cuda"]),

@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from trainer.spec import JobSpec, ScriptJobSpec, spec_from_dict
-from trainer.spec_messages import field_names, suggestion, user_problems
+from jobspec.messages import field_names, suggestion, user_problems
+from jobspec.spec import JobSpec, ScriptJobSpec, spec_from_dict
 
 BASE: dict[str, Any] = {"name": "x", "model": {"name": "mlp"}, "data": {"name": "synthetic-classification"},
                         "parallel": {"nproc_per_node": 2}, "train": {"epochs": 1, "global_batch_size": 32}}

@@ -18,10 +18,10 @@ from sqlmodel import Session
 from jobs.db import get_engine, init_db
 from jobs.models import Job, Status, utcnow
 from jobs.settings import Settings
+from jobspec.pdeathsig import parent_gone
 from tests.conftest import make_settings
 from tests.helpers import wait_until
-from trainer.pdeathsig import parent_gone
-from worker.leftovers import Marked, end_leftovers, to_end
+from worker.sandbox.leftovers import Marked, end_leftovers, to_end
 
 RUNS = "/srv/torchyard/runs"
 UID = 1000

@@ -1,7 +1,7 @@
 """A job is a uid: which uid an attempt runs as, how a child becomes it, and how every process of it ends.
 
 The worker (root, or holding CAP_SETUID, CAP_SETGID, CAP_KILL, CAP_CHOWN, CAP_FOWNER) runs each attempt's
-ranks under a uid of ``TORCHYARD_JOB_UIDS`` leased in SQL (worker/uid_leases.py), gid equal to the uid, no
+ranks under a uid of ``TORCHYARD_JOB_UIDS`` leased in SQL (worker/sandbox/uid_leases.py), gid equal to the uid, no
 supplementary groups and no capabilities. Ending an attempt kills by uid: a child that became the uid
 calls ``kill(-1, SIGKILL)``, which signals exactly the processes of that uid, atomically (a fork bomb
 cannot outrun it), whatever session, environment or parent they made for themselves.

@@ -1,6 +1,6 @@
 """A cgroup v2 per attempt, where this worker may write one: ``<mount>/torchyard/<worker>/<job>-a<attempt>``.
 
-Its ranks join it in their preexec (worker/job_users.py); ending the attempt writes ``1`` to its
+Its ranks join it in their preexec (worker/sandbox/job_users.py); ending the attempt writes ``1`` to its
 ``cgroup.kill`` (every process in it, however it detached itself) and removes it. Killing by uid runs
 as well, always: this is the faster, engine-side half where the host allows it.
 """

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from trainer.spec import JobBase, ParallelSpec
+from jobspec.spec import JobBase, ParallelSpec
 
 _P = ParallelSpec.model_fields
 

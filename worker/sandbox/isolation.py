@@ -14,8 +14,8 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session
 
 from jobs.settings import Settings
-from worker import cgroups, processes, run_dirs, uid_leases
-from worker.job_users import JobIdentity, Mode, end_uid, isolation_mode, owner_problem
+from worker.sandbox import cgroups, processes, run_dirs, uid_leases
+from worker.sandbox.job_users import JobIdentity, Mode, end_uid, isolation_mode, owner_problem
 
 log = logging.getLogger(__name__)
 

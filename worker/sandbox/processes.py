@@ -3,7 +3,7 @@
 torchrun starts every rank in its own session, and RQ's stop and timeout kill only the
 work horse's process group, so signalling a group is not enough. Stopping a job means SIGTERM
 to torchrun (it forwards to the ranks, which checkpoint), a grace period, then SIGKILL of every
-process of the attempt. Under a job uid (worker/job_users.py) that is every process of the uid
+process of the attempt. Under a job uid (worker/sandbox/job_users.py) that is every process of the uid
 and of the attempt's cgroup, which nothing of the job escapes; a worker running jobs as its own
 user finds them by the ``TORCHYARD_JOB_ID`` mark in their environment, which a process that
 cleans its environment (``setsid env -i``) escapes.
@@ -22,10 +22,10 @@ from pathlib import Path
 
 import psutil
 
-from trainer.pdeathsig import set_parent_death_signal
-from worker import cgroups
-from worker.job_users import JobIdentity, end_uid, job_preexec
-from worker.run_dirs import hand_over, open_job_file
+from jobspec.pdeathsig import set_parent_death_signal
+from worker.sandbox import cgroups
+from worker.sandbox.job_users import JobIdentity, end_uid, job_preexec
+from worker.sandbox.run_dirs import hand_over, open_job_file
 
 log = logging.getLogger(__name__)
 

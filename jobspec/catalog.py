@@ -20,7 +20,7 @@ MODEL_ENTRY_POINT_GROUP = "torchyard.models"
 DATASET_ENTRY_POINT_GROUP = "torchyard.datasets"
 
 Task = Literal["classification", "regression", "lm", "any"]
-# A reason a spec cannot run: where (from the spec's root) and why. trainer/spec.py makes SpecProblems of them.
+# A reason a spec cannot run: where (from the spec's root) and why. jobspec/spec.py makes SpecProblems of them.
 Problem = tuple[tuple[str | int, ...], str]
 
 

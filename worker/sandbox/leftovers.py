@@ -1,6 +1,6 @@
 """Ending what earlier attempts left running, on a worker that runs jobs as its own user.
 
-A worker with a uid range ends a dead attempt's processes by uid (worker/isolation.py). One without (jobs run as
+A worker with a uid range ends a dead attempt's processes by uid (worker/sandbox/isolation.py). One without (jobs run as
 the worker's own user: TORCHYARD_SINGLE_USER, or the local stack as a non-root user) cannot; it finds them by the
 marks every process of an attempt carries in its environment (``TORCHYARD_JOB_ID``, ``TORCHYARD_ATTEMPT``,
 ``TORCHYARD_RUN_DIR``; worker/launch.py). A rank that started while its torchrun died, or a process a script
@@ -31,7 +31,7 @@ from jobs.db import get_engine
 from jobs.models import Job, Status
 from jobs.settings import Settings
 from worker.launch import RUN_DIR_ENV
-from worker.processes import ATTEMPT_MARK, JOB_MARK
+from worker.sandbox.processes import ATTEMPT_MARK, JOB_MARK
 
 log = logging.getLogger(__name__)
 

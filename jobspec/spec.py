@@ -6,8 +6,8 @@ trainer (what to train). It must stay importable without torch.
 Validation happens in two layers:
 
 * field bounds, enforced by pydantic when a spec is parsed (this module);
-* rules that span fields or depend on the host (``spec_problems``, trainer/spec_rules.py), with the
-  per-model ones on the catalog entries (trainer/catalog.py) and path safety in trainer/paths.py.
+* rules that span fields or depend on the host (``spec_problems``, jobspec/rules.py), with the
+  per-model ones on the catalog entries (jobspec/catalog.py) and path safety in jobspec/paths.py.
   Each problem names its field.
 
 ``secrets`` hold values as ``SecretStr``: any dump of a spec shows them masked,
@@ -44,11 +44,11 @@ from pydantic import (
 )
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from trainer.paths import resolve_entrypoint as resolve_entrypoint
-from trainer.requirements import MAX_REQUIREMENT_CHARS, MAX_REQUIREMENTS
-from trainer.spec_rules import ARGS_TOTAL_MAX, SpecError, SpecLimits, spec_problems
-from trainer.spec_rules import LABEL_KEY_PATTERN as LABEL_KEY_PATTERN
-from trainer.spec_rules import SpecProblem as SpecProblem
+from jobspec.paths import resolve_entrypoint as resolve_entrypoint
+from jobspec.requirements import MAX_REQUIREMENT_CHARS, MAX_REQUIREMENTS
+from jobspec.rules import ARGS_TOTAL_MAX, SpecError, SpecLimits, spec_problems
+from jobspec.rules import LABEL_KEY_PATTERN as LABEL_KEY_PATTERN
+from jobspec.rules import SpecProblem as SpecProblem
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
 

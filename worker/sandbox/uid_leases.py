@@ -12,7 +12,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session
 
 from jobs.models import Job, JobUid, Status, utcnow
-from worker.job_users import pick_uid
+from worker.sandbox.job_users import pick_uid
 
 log = logging.getLogger(__name__)
 

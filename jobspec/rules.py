@@ -1,4 +1,4 @@
-"""Rules of a job spec that span fields or depend on the host (trainer/spec.py has the schema): batch divisible by
+"""Rules of a job spec that span fields or depend on the host (jobspec/spec.py has the schema): batch divisible by
 ranks, model and data compatible (as their catalog entries say), meshes that can be built, data paths under the data
 root, process counts within what the workers allow, queues that exist, entrypoints and environment names on their
 allow-lists, sizes. Each problem names its field."""
@@ -13,15 +13,15 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from trainer import catalog
-from trainer.env_rules import env_name_problem, name_problem
-from trainer.paths import data_file, resolve_entrypoint
-from trainer.requirements import requirement_problem
-from trainer.resume_args import template_problem
-from trainer.spec_messages import user_problems
+from jobspec import catalog
+from jobspec.env_rules import env_name_problem, name_problem
+from jobspec.messages import user_problems
+from jobspec.paths import data_file, resolve_entrypoint
+from jobspec.requirements import requirement_problem
+from jobspec.resume_args import template_problem
 
 if TYPE_CHECKING:  # the schema imports this module: its classes are only named here
-    from trainer.spec import JobBase, JobSpec, ScriptJobSpec
+    from jobspec.spec import JobBase, JobSpec, ScriptJobSpec
 
 LABEL_KEY_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$"
 # Totals, so a spec stays small wherever it is stored, listed and sent (SQL, spec.json, responses).

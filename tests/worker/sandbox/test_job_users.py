@@ -21,8 +21,8 @@ from jobs.db import get_engine
 from jobs.models import Job, JobUid, Status
 from jobs.settings import Settings
 from tests.uid_blocks import uid_block
-from worker import cgroups, processes, run_dirs, uid_leases
-from worker.job_users import JobIdentity, isolation_mode, missing_caps, owner_problem, pick_uid, uid_processes
+from worker.sandbox import cgroups, processes, run_dirs, uid_leases
+from worker.sandbox.job_users import JobIdentity, isolation_mode, missing_caps, owner_problem, pick_uid, uid_processes
 from worker.tail import EventTail
 
 log = logging.getLogger(__name__)
@@ -212,7 +212,7 @@ def test_nothing_of_a_uid_outlives_its_attempt(tmp_path: Path) -> None:
 def test_a_worker_running_jobs_as_itself_is_bound_to_its_first_owner(settings: Settings, redis_url: str) -> None:
     from redis import Redis
 
-    from worker.isolation import Isolation
+    from worker.sandbox.isolation import Isolation
 
     redis = Redis.from_url(redis_url)
     bound = Isolation(settings.model_copy(update={"single_user": False, "job_uids": None}), "w-bound")

@@ -6,7 +6,7 @@ files for Kubernetes and Slurm (manifests/), so a job behaves the same wherever 
 
 from __future__ import annotations
 
-from trainer.spec import JobSpec, ScriptJobSpec
+from jobspec.spec import JobSpec, ScriptJobSpec
 
 
 def launcher_flags(spec: JobSpec | ScriptJobSpec, topology: list[str], log_dir: str) -> list[str]:
