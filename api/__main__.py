@@ -7,7 +7,7 @@ import argparse
 import uvicorn
 
 from api.protocol import PROTOCOL
-from jobs import logconfig
+from jobs.infra import logconfig
 from jobs.settings import get_settings
 
 

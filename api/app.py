@@ -17,11 +17,11 @@ from api.middleware import BodySizeLimit, RequestContext
 from api.observability import make_registry
 from api.routes import artifacts, code, health, hosts, jobs, keys, quotas, streams, sweeps, usage, webhooks
 from api.stream_slots import StreamSlots
-from jobs import logconfig
-from jobs.db import get_engine, init_db
-from jobs.queue import redis_client
-from jobs.reconciler import ReconcilerLoop
+from jobs.infra import logconfig
+from jobs.infra.queue import redis_client
+from jobs.lifecycle.reconciler import ReconcilerLoop
 from jobs.settings import Settings, get_settings
+from jobs.store.db import get_engine, init_db
 from jobs.webhooks.sender import WebhookSender
 from jobspec.pdeathsig import set_not_dumpable
 from torchyard.version import VERSION
@@ -39,7 +39,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        # Alembic migrations to head; several API replicas and workers may start at once (jobs.db.migrate locks).
+        # Alembic migrations to head; several API replicas and workers may start at once (jobs.store.db.migrate locks).
         init_db(app.state.engine)
         # The API recovers lost jobs too, so they are found even while every worker is busy or gone.
         reconciler = ReconcilerLoop(settings, interval_s=max(1.0, settings.lease_ttl_s / 2))

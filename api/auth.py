@@ -1,7 +1,7 @@
 """Bearer-key authentication. Every job belongs to the owner of the key that submitted it.
 
 Keys are the admin token (TORCHYARD_ADMIN_TOKEN, owner "admin") or tenant keys an admin
-created (``POST /v1/keys``), stored as digests and compared in constant time (jobs.keys).
+created (``POST /v1/keys``), stored as digests and compared in constant time (jobs.infra.keys).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from sqlmodel import Session
 from starlette.concurrency import run_in_threadpool
 
 from api.key_cache import KeyCache
-from jobs import keys
+from jobs.infra import keys
 from jobs.settings import Settings
 
 ADMIN_OWNER = "admin"

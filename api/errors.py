@@ -17,12 +17,12 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from api import methods
 from api.schemas import SSE_PAYLOADS, Problem
-from jobs.artifacts import FileUnavailable
-from jobs.job_control import JobConflict
-from jobs.job_lookup import JobNotFound
-from jobs.keys import KeyNotFound
-from jobs.limits import OverLimit
-from jobs.submission import IdempotencyMismatch
+from jobs.infra.keys import KeyNotFound
+from jobs.lifecycle.job_control import JobConflict
+from jobs.lifecycle.submission import IdempotencyMismatch
+from jobs.reads.artifacts import FileUnavailable
+from jobs.reads.job_lookup import JobNotFound
+from jobs.store.limits import OverLimit
 from jobspec.messages import user_problems
 from jobspec.spec import JobSpec, ScriptJobSpec, SpecError
 

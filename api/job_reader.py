@@ -1,4 +1,4 @@
-"""How ``GET /v1/jobs/{id}`` reads a job: one statement (jobs.job_read), in the event loop.
+"""How ``GET /v1/jobs/{id}`` reads a job: one statement (jobs.reads.job_read), in the event loop.
 
 On SQLite the statement takes tens of microseconds, less than a hop to a thread and back, so the event loop runs
 it itself on a connection of its own that no other thread uses, so it never waits for one; in WAL mode a read does
@@ -19,8 +19,8 @@ from sqlalchemy.engine import Engine
 
 from api import read_pool
 from api.pg_async import AsyncPool
-from jobs import job_read
-from jobs.db import postgres_connect_args, sqlite_connect
+from jobs.reads import job_read
+from jobs.store.db import postgres_connect_args, sqlite_connect
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ class JobReader:
         if self._file:
             try:
                 if self._sqlite is None:
-                    # Opened at the first read, not at start: the schema is migrated by then (jobs.db.migrate).
+                    # Opened at the first read, not at start: the schema is migrated by then (jobs.store.db.migrate).
                     self._sqlite = sqlite_connect(self.url)
                 return job_read.read_sqlite(self._sqlite, job_id)
             except sqlite3.OperationalError as exc:

@@ -18,7 +18,7 @@ from fastapi import HTTPException
 from prometheus_client import Histogram
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from jobs import logconfig
+from jobs.infra import logconfig
 
 access_log = logging.getLogger("api.access")
 

@@ -15,8 +15,8 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session
 
-from jobs import job_stats, usage
-from jobs.models import utcnow
+from jobs.reads import job_stats, usage
+from jobs.store.models import utcnow
 
 log = logging.getLogger(__name__)
 

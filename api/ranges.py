@@ -14,7 +14,7 @@ from typing import Annotated, Any, BinaryIO
 from fastapi import Header, HTTPException
 from fastapi.responses import StreamingResponse
 
-from jobs import artifacts
+from jobs.reads import artifacts
 
 _RANGE = re.compile(r"^bytes=([0-9]*)-([0-9]*)$")
 

@@ -7,8 +7,8 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StringConstraints
 
-from jobs import job_lookup, job_pages
-from jobs.models import ApiKey, Job, MetricPoint
+from jobs.reads import job_lookup, job_pages
+from jobs.store.models import ApiKey, Job, MetricPoint
 from jobspec.spec import NAME_PATTERN
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 import weakref
 
-from jobs.limits import OverLimit
+from jobs.store.limits import OverLimit
 
 
 class Slot:

@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--merge", type=Path, help="a results JSON whose suites are kept unless run again (to redo one suite)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
-    for noisy in ("alembic", "httpx", "jobs.db"):
+    for noisy in ("alembic", "httpx", "jobs.store.db"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
     chosen = [s.strip() for s in args.only.split(",") if s.strip()] or list(SUITES)

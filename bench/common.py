@@ -202,7 +202,7 @@ def pg_database() -> Iterator[str]:
 @contextlib.contextmanager
 def database(kind: str, work: Path) -> Iterator[str]:
     """A migrated, empty torchyard database: ``sqlite`` (a file under ``work``) or ``postgresql``."""
-    from jobs.db import init_db, make_engine
+    from jobs.store.db import init_db, make_engine
 
     if kind == "sqlite":
         path = work / f"bench-{secrets.token_hex(3)}.db"

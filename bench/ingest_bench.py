@@ -1,5 +1,5 @@
 """(5a) Metrics ingestion: metric points per second from events.jsonl into SQL, the supervisor's way
-(worker.tail.EventTail, then jobs.ingest.ingest_events in batches of TORCHYARD_INGEST_BATCH).
+(worker.tail.EventTail, then jobs.store.ingest.ingest_events in batches of TORCHYARD_INGEST_BATCH).
 
 Two shapes: catch-up (a long file read at once, as after a worker restart or a fast trainer) and
 live (one metric event per poll, as the supervisor sees a job that logs slower than it polls).
@@ -17,10 +17,10 @@ from typing import Any
 from sqlmodel import Session
 
 from bench.common import Ctx, database, median, pct, pg_available
-from jobs.db import make_engine
-from jobs.ingest import ingest_events
-from jobs.models import Job
 from jobs.settings import Settings
+from jobs.store.db import make_engine
+from jobs.store.ingest import ingest_events
+from jobs.store.models import Job
 from worker.tail import EventTail
 
 log = logging.getLogger("bench.ingest")

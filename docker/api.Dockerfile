@@ -2,7 +2,7 @@
 # torchyard API: FastAPI + the job domain, and no torch (the API validates specs with the
 # torch-free jobspec.spec and jobspec.catalog). Build from the repository root:
 #   docker build -f docker/api.Dockerfile -t torchyard-api .
-# It creates and migrates its tables when it starts, before it serves (api.app lifespan -> jobs.db.init_db),
+# It creates and migrates its tables when it starts, before it serves (api.app lifespan -> jobs.store.db.init_db),
 # so there is no separate migration step to forget.
 
 ARG PYTHON_VERSION=3.11
@@ -48,7 +48,7 @@ COPY --from=build /wheels /tmp/wheels
 # Fail the build, not the first request, if the image is incomplete or torch slipped in.
 RUN pip install --no-cache-dir --no-deps /tmp/wheels/*.whl \
     && rm -rf /tmp/wheels \
-    && python -c "import api.app, jobs.submission, jobspec.spec" \
+    && python -c "import api.app, jobs.lifecycle.submission, jobspec.spec" \
     && if python -c "import torch" 2>/dev/null; then echo "torch must not be in the api image" >&2; exit 1; fi
 
 USER 10001:10001

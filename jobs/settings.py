@@ -89,7 +89,7 @@ class Settings(BaseSettings):
     clock_offset_s: float = Field(0.0, description="Skews this process's own wall clock (tests of clock skew); leases use "
                                                    "the database's clock and are unaffected.")
 
-    # PostgreSQL connections (jobs/db.py): a silent partition must end in an error, not a hang.
+    # PostgreSQL connections (jobs/store/db.py): a silent partition must end in an error, not a hang.
     db_connect_timeout_s: int = Field(5, ge=1, description="Seconds to establish a PostgreSQL connection.")
     db_statement_timeout_s: float = Field(60.0, ge=0, description="Longest statement; 0: no limit.")
     db_keepalive_idle_s: int = Field(10, ge=1, description="TCP keepalive: idle seconds before the first probe.")
@@ -130,9 +130,9 @@ class Settings(BaseSettings):
     max_running_per_owner: int = Field(100, ge=1, description="Running jobs one owner may have; further jobs wait in the queue.")
     preempt_min_runtime_s: float = Field(300.0, ge=0, description="A job younger than this is never preempted.")
     gpu_fault_limit: int = Field(2, ge=1, description="Device faults on one GPU, without a success between them, that "
-                                 "quarantine it (jobs/gpu_faults.py) until an admin clears it.")
+                                 "quarantine it (jobs/hosts/gpu_faults.py) until an admin clears it.")
     gpu_fault_patterns: str = Field("", description="More device-fault messages, as case-insensitive regular expressions "
-                                    "separated by ';', on top of jobs/gpu_faults.py's list.")
+                                    "separated by ';', on top of jobs/hosts/gpu_faults.py's list.")
     host_health_cmd: str | None = Field(None, description="A command the worker runs every TORCHYARD_HOST_HEALTH_INTERVAL_S; "
                                         "a non-zero exit drains its host, the next zero exit undrains it.")
     host_health_interval_s: float = Field(60.0, gt=0)

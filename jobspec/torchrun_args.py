@@ -1,7 +1,7 @@
 """The torchrun command line every launcher shares: the worker's executors (worker/launch.py) and the launch
 files for Kubernetes and Slurm (manifests/), so a job behaves the same wherever it runs.
 
-``--redirects=3``, not ``--tee``: the service's logs (jobs/artifacts.py) and each rank's interleaved output
+``--redirects=3``, not ``--tee``: the service's logs (jobs/reads/artifacts.py) and each rank's interleaved output
 (trainer/rank_output.py) read the per-rank files torchrun writes under ``--log-dir``."""
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ import sqlalchemy as sa
 from redis import Redis
 from redis.exceptions import RedisError
 
-from jobs import logconfig
+from jobs.infra import logconfig
 from jobs.settings import get_settings
 from jobspec.pdeathsig import set_not_dumpable
 from stack import isolation

@@ -20,8 +20,8 @@ from hypothesis import HealthCheck
 from hypothesis import settings as hypothesis_settings
 from redis import Redis
 
-from jobs.db import get_engine, init_db
 from jobs.settings import Settings
+from jobs.store.db import get_engine, init_db
 from stack.redis_server import RedisServer
 from tests import postgres_server
 

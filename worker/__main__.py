@@ -11,12 +11,12 @@ import socket
 
 from sqlmodel import Session
 
-from jobs import logconfig
-from jobs.db import get_engine, init_db
-from jobs.queue import redis_client
-from jobs.reconciler import ReconcilerLoop
-from jobs.scheduler import SchedulerLoop
+from jobs.infra import logconfig
+from jobs.infra.queue import redis_client
+from jobs.lifecycle.reconciler import ReconcilerLoop
+from jobs.scheduling.scheduler import SchedulerLoop
 from jobs.settings import get_settings
+from jobs.store.db import get_engine, init_db
 from jobs.sweeps.controller import SweepLoop
 from jobspec.pdeathsig import set_not_dumpable
 from worker import mlflow_runs

@@ -10,7 +10,7 @@ from collections.abc import Callable
 import sqlalchemy as sa
 from sqlmodel import Session
 
-from jobs.models import Attempt, Job
+from jobs.store.models import Attempt, Job
 from worker.executors.base import Executor, LaunchError, LaunchRequest
 
 log = logging.getLogger(__name__)

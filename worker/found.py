@@ -1,6 +1,6 @@
 """What a job wrote without the SDK, found in its run directory each supervisor tick: TensorBoard
 scalars (worker/tb_tail.py) and framework checkpoints (worker/checkpoints_found.py), stored through
-jobs/ingest_found.py. Nothing here is required of the job: a script that writes none of it costs one
+jobs/store/ingest_found.py. Nothing here is required of the job: a script that writes none of it costs one
 directory walk every few seconds."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typing import Any, TypeVar
 
 from sqlmodel import Session
 
-from jobs.ingest_found import FoundCheckpoint, FoundPoint, ingest_found, last_found_seq
 from jobs.settings import Settings
+from jobs.store.ingest_found import FoundCheckpoint, FoundPoint, ingest_found, last_found_seq
 from jobspec.resume_args import render
 from jobspec.spec import AnySpec, ScriptJobSpec
 from worker import checkpoints_found, step_inside, workdir
@@ -64,7 +64,7 @@ class Found:
             details: dict[str, Any] = {"found": c.kind, "step_known": c.step is not None}
             if c.path.is_file():
                 details["weights"] = relative  # the file itself downloads as the checkpoint's weights
-            # An unknown step is stored at the job's step when it was found (jobs/ingest_found.py).
+            # An unknown step is stored at the job's step when it was found (jobs/store/ingest_found.py).
             fresh[c.path] = FoundCheckpoint(c.step if c.step is not None else -1, relative, c.mtime, details)
         if step_inside.READER.busy():
             self._next_scan = now  # a step is being read from inside a file: list it as soon as it is known

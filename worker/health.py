@@ -11,10 +11,10 @@ import threading
 from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session
 
-from jobs import host_states
-from jobs.db import get_engine
-from jobs.models import Host
+from jobs.hosts import states as host_states
 from jobs.settings import Settings
+from jobs.store.db import get_engine
+from jobs.store.models import Host
 
 log = logging.getLogger(__name__)
 

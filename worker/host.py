@@ -1,7 +1,7 @@
 """This worker's host in SQL: registered at start with the devices it owns, heart-beaten while it runs.
 
 One ``python -m worker`` per host owns every GPU of it and its CPU slots; the scheduler places jobs only on
-hosts whose heartbeat is younger than one lease (jobs/hosts.py).
+hosts whose heartbeat is younger than one lease (jobs/hosts/registry.py).
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import threading
 from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session
 
-from jobs import hosts
-from jobs.db import get_engine
+from jobs.hosts import registry as hosts
 from jobs.settings import Settings
+from jobs.store.db import get_engine
 from worker import devices
 
 log = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """The worker's main loop: pop the node tasks the scheduler placed on this host and run each at once.
 
-RQ stays the transport (the queue ``host:<id>``, jobs.scheduler.hand_over), but not RQ's worker: a work horse
+RQ stays the transport (the queue ``host:<id>``, jobs.scheduling.scheduler.hand_over), but not RQ's worker: a work horse
 runs one job at a time, and a host runs as many as were placed on it. Each task is a forked child, as RQ's
 work horse is: it starts in milliseconds with every module loaded (a fresh interpreter took seconds, long
 enough for a placement's lease to lapse on a busy host), drops the parent's database connections and
@@ -26,8 +26,8 @@ from rq import Queue
 from rq.exceptions import DequeueTimeout, NoSuchJobError
 from rq.job import Job as RQJob
 
-from jobs import fork_guard
-from jobs.scheduler import host_queue
+from jobs.infra import fork_guard
+from jobs.scheduling.scheduler import host_queue
 from worker.rq_worker import TorchyardWorker
 from worker.supervisor import run_node
 

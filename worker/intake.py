@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from jobs.ingest import ingest_events
 from jobs.settings import Settings
+from jobs.store.ingest import ingest_events
 from worker.found import Found
 from worker.lease import Lease
 from worker.tail import BadEvent, EventTail

@@ -8,9 +8,9 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from jobs import bundles
-from jobs.models import Job
+from jobs.bundles import store as bundles
 from jobs.settings import Settings
+from jobs.store.models import Job
 from jobspec.spec import JobSpec, ScriptJobSpec
 from worker import venvs, workdir
 from worker.venvs import SetupFailed, SetupInterrupted

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from sqlmodel import Session
 
-from jobs import secrets as job_secrets
+from jobs.infra import secrets as job_secrets
 from jobs.settings import Settings
 from jobspec.env_rules import env_name_problem, name_problem
 from jobspec.exit_codes import PAUSE_AT_ENV

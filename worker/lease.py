@@ -19,11 +19,11 @@ import sqlalchemy as sa
 from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session
 
-from jobs import transient
-from jobs.clock import db_now
-from jobs.models import Attempt, Job, Status, utcnow
+from jobs.infra import transient
+from jobs.infra.clock import db_now
 from jobs.settings import Settings
-from jobs.states import TransitionRefused
+from jobs.store.models import Attempt, Job, Status, utcnow
+from jobs.store.states import TransitionRefused
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from torchyard.sinks.mlflow import recorded_run_id
 log = logging.getLogger(__name__)
 
 TIMEOUT_S = 10.0
-# Attempt outcome (jobs.models.Attempt.outcome) -> MLflow run status.
+# Attempt outcome (jobs.store.models.Attempt.outcome) -> MLflow run status.
 _STATUS = {"succeeded": "FINISHED", "failed": "FAILED"}  # cancelled, preempted, lost: KILLED
 
 

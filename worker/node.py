@@ -5,7 +5,7 @@ is the job's supervisor (worker/supervisor.py): it picks the c10d rendezvous end
 it into the job's placement, and starts its torchrun. Every other node runs ``Follower``: it waits for
 that endpoint in SQL, starts its own torchrun against it, and stops it when the job stops running this
 attempt or node 0 says stop. A follower never writes the job's status; a host that dies under a gang is
-found by the reconciler (jobs/reconciler.py), which requeues the job and so fences node 0.
+found by the reconciler (jobs/lifecycle/reconciler.py), which requeues the job and so fences node 0.
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ import sqlalchemy as sa
 from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session
 
-from jobs.hosts import read_hosts
-from jobs.models import Job, Status
-from jobs.scheduler import task_id
+from jobs.hosts.registry import read_hosts
+from jobs.scheduling.scheduler import task_id
 from jobs.settings import Settings
+from jobs.store.models import Job, Status
 from jobs.sweeps.pauses import trial_pause
 from jobspec.spec import SpecError, spec_from_dict
 from worker import devices

@@ -10,7 +10,7 @@ import signal
 from dataclasses import dataclass
 from pathlib import Path
 
-from jobs.models import ErrorType
+from jobs.store.models import ErrorType
 from jobspec.exit_codes import PREEMPTED_EXIT_CODE, SPEC_ERROR_EXIT_CODE
 from trainer.rank_output import OUTPUT_LOG, find_rank_dir
 from worker.sandbox.run_dirs import open_job_file, read_job_bytes

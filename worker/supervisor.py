@@ -1,6 +1,6 @@
 """The RQ job function: node 0's task for one attempt of one job, from its adoption to its verdict.
 
-The scheduler placed the attempt (queued -> running, jobs/scheduler.py). ``Supervisor.run`` reads top to bottom:
+The scheduler placed the attempt (queued -> running, jobs/scheduling/scheduler.py). ``Supervisor.run`` reads top to bottom:
 adopt it and take its lease (worker/lease.py); prepare its run directory, code and environment; launch its ranks
 through the executor; watch them (tail events.jsonl into SQL, heartbeat the lease, look for a cancel, a timeout, a
 stall, a stopping host, the scheduler's stop request) until they end or are stopped; judge why they stopped
@@ -28,12 +28,12 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session
 
-from jobs import queue
-from jobs.db import get_engine
-from jobs.ingest import Fenced
-from jobs.models import ErrorType, Job, Status
+from jobs.infra import queue
 from jobs.settings import Settings, get_settings
-from jobs.states import TransitionRefused
+from jobs.store.db import get_engine
+from jobs.store.ingest import Fenced
+from jobs.store.models import ErrorType, Job, Status
+from jobs.store.states import TransitionRefused
 from jobs.sweeps.pauses import trial_pause
 from jobspec.pdeathsig import set_not_dumpable
 from jobspec.spec import AnySpec, SpecError, spec_from_dict
@@ -62,7 +62,7 @@ def worker_id(settings: Settings) -> str:
 
 
 def run_node(job_id: str, attempt: int, node_rank: int) -> str:
-    """One node task of a placement (jobs.scheduler.NODE_TASK): node 0 supervises the job, any other follows it."""
+    """One node task of a placement (jobs.scheduling.scheduler.NODE_TASK): node 0 supervises the job, any other follows it."""
     settings = get_settings()
     set_not_dumpable()  # the work horse holds the service's settings; its jobs run as the same user
     engine = get_engine(settings.database_url)
@@ -98,7 +98,7 @@ class Supervisor:
         self.log_extra = {"job_id": job_id}
         self.preempt_requested = False
         self.pause_at: str | None = None
-        # Set by the scheduler (jobs/stops.py) when this job must make room: checkpoint, then back in line.
+        # Set by the scheduler (jobs/scheduling/stops.py) when this job must make room: checkpoint, then back in line.
         self.stop_request: str | None = None
         self._setup_beat = 0.0  # next heartbeat while the job's environment is built
         self.lease = Lease(job_id, self.worker_id, settings, self.session)

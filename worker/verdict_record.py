@@ -1,5 +1,5 @@
 """A verdict (worker/verdicts.py) written down: what it is judged on read from SQL, then the device-fault counts, the
-attempt's row, its MLflow run and the job's move (jobs/states.py), every read and write through the attempt's lease
+attempt's row, its MLflow run and the job's move (jobs/store/states.py), every read and write through the attempt's lease
 (worker/lease.py: fenced, and tried again through a blip while the lease lasts)."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from jobs import gpu_faults
-from jobs.models import Attempt, ErrorType, Job, Status, utcnow
-from jobs.states import TransitionRefused, requeue, transition, worker_losses
+from jobs.hosts import gpu_faults
+from jobs.store.models import Attempt, ErrorType, Job, Status, utcnow
+from jobs.store.states import TransitionRefused, requeue, transition, worker_losses
 from worker import mlflow_runs
 from worker.lease import Lease
 from worker.outcome import Failure

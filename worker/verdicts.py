@@ -16,9 +16,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from jobs import gpu_faults
-from jobs.models import ErrorType, Status
-from jobs.states import loss_forgiven
+from jobs.hosts import gpu_faults
+from jobs.store.models import ErrorType, Status
+from jobs.store.states import loss_forgiven
 from jobspec.exit_codes import PAUSED_PHASE
 from worker import oom
 from worker.executors.base import Phase, RankState, engine_verdict
@@ -71,11 +71,11 @@ class Facts:
     max_attempts: int
     last_phase: str | None = None  # the trainer's last status event
     nnodes: int = 1
-    earlier_losses: int = 0  # the job's attempts before this one that lost their worker (jobs.states.worker_losses)
+    earlier_losses: int = 0  # the job's attempts before this one that lost their worker (jobs.store.states.worker_losses)
     max_worker_losses: int = 3
     placement: Sequence[Mapping[str, Any]] = ()
     faulted_before: frozenset[tuple[str, int]] = frozenset()  # (host, GPU) an earlier attempt met a device fault on
-    fault_patterns: Sequence[re.Pattern[str]] = ()  # jobs.gpu_faults.patterns()
+    fault_patterns: Sequence[re.Pattern[str]] = ()  # jobs.hosts.gpu_faults.patterns()
     spec: Mapping[str, Any] = field(default_factory=dict)  # the stored spec, for an OOM's smaller micro-batch
     ranks: int = 1
     adjustments: Sequence[Mapping[str, Any]] = ()  # the job's earlier automatic spec changes
@@ -99,7 +99,7 @@ class Verdict:
     error: Failure | None = None
     exit_code: int | None = None
     values: Mapping[str, Any] = field(default_factory=dict)  # further columns of the job: a hold, a new spec
-    fault: DeviceFault | None = None  # to count against its GPUs (jobs/gpu_faults.py)
+    fault: DeviceFault | None = None  # to count against its GPUs (jobs/hosts/gpu_faults.py)
 
 
 def judge(stop: Stop, facts: Facts) -> Verdict:
@@ -200,7 +200,7 @@ def _done_despite(what: str) -> Verdict:
 
 def _lost(what: str, code: int | None, facts: Facts) -> Verdict:
     """A worker, a node or the engine's hold on the attempt vanished: requeued without spending a retry, up to the
-    job's limit of lost workers (jobs.states.loss_forgiven)."""
+    job's limit of lost workers (jobs.store.states.loss_forgiven)."""
     if loss_forgiven(facts.earlier_losses, facts.max_worker_losses):
         return _requeued(f"{what}; requeued", "lost", code, Failure(ErrorType.WORKER_LOST, what, None, code))
     error = Failure(ErrorType.WORKER_LOST, f"{what}; {facts.max_worker_losses} workers lost already", None, code)
@@ -233,7 +233,7 @@ def _failed(error: Failure, facts: Facts, retry: bool = True) -> Verdict:
 
 
 def _device_fault(error: Failure, facts: Facts) -> DeviceFault | None:
-    """A device fault in the failing rank's output, and the GPUs it counts against (jobs/gpu_faults.py)."""
+    """A device fault in the failing rank's output, and the GPUs it counts against (jobs/hosts/gpu_faults.py)."""
     line = gpu_faults.device_fault(f"{error.message}\n{error.log_tail or ''}", facts.fault_patterns)
     gpus = gpu_faults.blamed(facts.placement, error.rank) if line else []
     return DeviceFault(line, tuple(gpus)) if line and gpus else None

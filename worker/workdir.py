@@ -2,7 +2,7 @@
 so a repository that reads ``config/`` or ``data/`` relative to its root, or writes beside its own files, runs
 as ``python train.py`` would from the user's checkout. The run directory around it keeps logs and events.
 
-What is copied: the job's uploaded directory (its read-only ``code/``, already checked by jobs/bundles.py), or
+What is copied: the job's uploaded directory (its read-only ``code/``, already checked by jobs/bundles/store.py), or
 without a bundle the entry of ``TORCHYARD_CODE_DIR`` that holds the entrypoint (``nanogpt/`` for
 ``nanogpt/train.py``; the whole code root for a file or module at its top), at the same relative path, so the
 entrypoint resolves in the copy as it did at submission. An installed module gets an empty directory.
@@ -11,7 +11,7 @@ The copy is made once per job and reused by every attempt (a framework resuming 
 every node of a multi-node job on shared storage. It is made by the worker in a private temporary directory,
 renamed into place, then handed to the job's uid with the rest of the run directory (worker/sandbox/run_dirs.py); the
 bundle store and ``code/`` stay read-only. ``workdir.json`` records the uploaded files, so the API lists only
-what the job wrote (jobs/workdir_files.py). Modification times are kept: an uploaded ``*.ckpt`` or event file
+what the job wrote (jobs/reads/workdir_files.py). Modification times are kept: an uploaded ``*.ckpt`` or event file
 is older than the job, and so never taken for one of its own.
 """
 
@@ -25,9 +25,9 @@ import shutil
 import stat
 from pathlib import Path
 
-from jobs import bundles
+from jobs.bundles import store as bundles
+from jobs.reads.workdir_files import MANIFEST_NAME, WORKDIR_NAME, Uploaded, manifest_json
 from jobs.settings import Settings
-from jobs.workdir_files import MANIFEST_NAME, WORKDIR_NAME, Uploaded, manifest_json
 from jobspec.spec import ScriptJobSpec, resolve_entrypoint
 from worker.venvs import SetupFailed
 

@@ -1,9 +1,9 @@
 """/v1/jobs/{id}/artifacts: list and download the files a job wrote under its run's ``artifacts/`` directory
 (TensorBoard event files, profiler traces, whatever a script saves there), and those a script job wrote or changed
-in its working directory, listed as ``workdir/<path>`` (jobs/workdir_files.py; the uploaded files are not listed).
+in its working directory, listed as ``workdir/<path>`` (jobs/reads/workdir_files.py; the uploaded files are not listed).
 A file under ``artifacts/workdir/`` is served before a working-directory file of the same path.
 
-Owner only, like every job route. A download is opened once with ``jobs.artifacts.open_under`` (no symlink
+Owner only, like every job route. A download is opened once with ``jobs.reads.artifacts.open_under`` (no symlink
 followed at any component, regular files only) and served from that descriptor, so ``..``, absolute paths,
 percent-encoded traversal, symlinks out of the directory and files with more than one hard link all answer 404.
 One byte range per request is served (api.ranges).
@@ -25,7 +25,7 @@ from api import ranges
 from api.auth import PrincipalDep
 from api.deps import SessionDep, SettingsDep
 from api.errors import responses
-from jobs import artifacts, job_lookup, workdir_files
+from jobs.reads import artifacts, job_lookup, workdir_files
 
 router = APIRouter(prefix="/v1/jobs", tags=["artifacts"])
 

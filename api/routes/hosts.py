@@ -1,5 +1,5 @@
 """/v1/hosts: the workers' hosts, their GPUs and CPU slots, which job holds each, and their states (drain,
-quarantine; jobs/host_states.py); /v1/queue: the queued jobs in the order the scheduler considers them, with their
+quarantine; jobs/hosts/states.py); /v1/queue: the queued jobs in the order the scheduler considers them, with their
 reasons."""
 
 from __future__ import annotations
@@ -10,7 +10,9 @@ from api.auth import AdminDep, PrincipalDep
 from api.deps import SessionDep, SettingsDep
 from api.errors import responses
 from api.schemas import DrainIn, HostDetail, HostList, HostOut, QueuedOut, QueueList
-from jobs import host_states, hosts, scheduler
+from jobs.hosts import registry as hosts
+from jobs.hosts import states as host_states
+from jobs.scheduling import scheduler
 
 router = APIRouter(tags=["hosts"])
 

@@ -16,8 +16,11 @@ from api.deps import RedisDep, SessionDep, SettingsDep
 from api.errors import invalid, responses
 from api.job_reader import JobReader
 from api.schemas import CheckpointList, CheckpointOut, JobList, JobOut, MetricList, MetricOut
-from jobs import bundles, checkpoint_archive, cursors, dependencies, job_control, job_lookup, job_pages, scheduler, submission, weights_file
-from jobs.models import Status
+from jobs.bundles import store as bundles
+from jobs.lifecycle import job_control, submission
+from jobs.reads import checkpoint_archive, cursors, job_lookup, job_pages, weights_file
+from jobs.scheduling import dependencies, scheduler
+from jobs.store.models import Status
 from jobspec.spec import LABEL_KEY_PATTERN, AnySpec, SpecError, SpecProblem, spec_problems
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])

@@ -10,7 +10,7 @@ from api.auth import ADMIN_OWNER, AdminDep, key_cache
 from api.deps import SessionDep, SettingsDep
 from api.errors import responses
 from api.schemas import KeyCreate, KeyCreated, KeyList, KeyOut
-from jobs import keys
+from jobs.infra import keys
 from jobspec.spec import SpecError, SpecProblem
 
 router = APIRouter(prefix="/v1/keys", tags=["keys"])

@@ -10,7 +10,7 @@ from api.auth import ADMIN_OWNER, AdminDep, PrincipalDep
 from api.deps import SessionDep
 from api.errors import responses
 from api.schemas import QuotaIn, QuotaList, QuotaOut
-from jobs import quotas
+from jobs.scheduling import quotas
 from jobspec.spec import NAME_PATTERN
 
 router = APIRouter(prefix="/v1/quotas", tags=["quotas"])

@@ -6,7 +6,7 @@ is checked again (a revoked key's stream ends), each owner holds at most
 ``max_streams_per_owner`` open streams per API process (429 beyond), and an event stream ends
 after ``stream_max_lifetime_s`` with a ``reconnect`` message that clients resume from with
 Last-Event-ID. A followed log ends with its attempt, or at the same maximum lifetime with a reconnect marker and
-the position to resume from (jobs.job_logs.RECONNECT_MARKER), which clients send back as ``position``.
+the position to resume from (jobs.reads.job_logs.RECONNECT_MARKER), which clients send back as ``position``.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from api.auth import PrincipalDep, still_authorized
 from api.errors import invalid, responses
 from api.schemas import sse_event_schema
 from api.stream_slots import StreamSlots
-from jobs import artifacts, cursors, feed, job_lookup
-from jobs import job_logs as job_logs_files
+from jobs.reads import artifacts, cursors, feed, job_lookup
+from jobs.reads import job_logs as job_logs_files
 from jobs.settings import Settings
 
 log = logging.getLogger(__name__)

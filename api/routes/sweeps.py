@@ -12,8 +12,9 @@ from api.auth import PrincipalDep
 from api.deps import RedisDep, SessionDep, SettingsDep
 from api.errors import responses
 from api.routes.jobs import IdempotencyKey
-from jobs import bundles, cursors
-from jobs.models import Sweep, SweepTrial
+from jobs.bundles import store as bundles
+from jobs.reads import cursors
+from jobs.store.models import Sweep, SweepTrial
 from jobs.sweeps import asha, store
 from jobs.sweeps.spec import SweepSpec
 from jobspec.spec import SpecError

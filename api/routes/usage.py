@@ -1,4 +1,4 @@
-"""/v1/usage: GPU-hours and CPU-slot-hours per owner and/or UTC day, read from the attempts (jobs/usage.py)."""
+"""/v1/usage: GPU-hours and CPU-slot-hours per owner and/or UTC day, read from the attempts (jobs/reads/usage.py)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from pydantic import BeforeValidator
 from api.auth import PrincipalDep
 from api.deps import SessionDep
 from api.schemas import UsageOut
-from jobs import usage
-from jobs.models import utcnow
+from jobs.reads import usage
+from jobs.store.models import utcnow
 
 router = APIRouter(tags=["usage"])
 

@@ -10,7 +10,7 @@ from api.auth import PrincipalDep
 from api.deps import SessionDep, SettingsDep
 from api.errors import responses
 from api.webhook_schemas import DeliveryList, DeliveryOut, WebhookCreate, WebhookCreated, WebhookList, WebhookOut
-from jobs.secrets import SecretsUnavailable
+from jobs.infra.secrets import SecretsUnavailable
 from jobs.webhooks import ssrf, store
 from jobspec.spec import SpecError, SpecProblem
 

@@ -2,7 +2,7 @@
 trial at its rung, ask the policy (jobs.sweeps.asha) what to promote and stop, create trials up to the sweep's
 limits, and finish the sweep with its best trial.
 
-One pass at a time, under the ``sweeps`` lease (jobs/leader.py), in a thread beside the scheduler's in every
+One pass at a time, under the ``sweeps`` lease (jobs/scheduling/leader.py), in a thread beside the scheduler's in every
 worker. Each change is a guarded UPDATE of the trial's row (a promotion raises ``allowed_rung`` from the rung it
 was decided at; a stop moves ``paused`` to ``stopped``; a trial row is created under its primary key and its job
 under an Idempotency-Key of its own), so a pass cut short by a crash is finished by the next one and promotes,
@@ -20,11 +20,13 @@ from redis import Redis
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session
 
-from jobs import limits, scheduler, stops, submission
-from jobs.lease_loop import LeaseLoop
-from jobs.models import Job, MetricPoint, Status, Sweep, SweepTrial, utcnow
+from jobs.lifecycle import submission
+from jobs.scheduling import scheduler, stops
+from jobs.scheduling.lease_loop import LeaseLoop
 from jobs.settings import Settings
-from jobs.states import TransitionRefused, transition
+from jobs.store import limits
+from jobs.store.models import Job, MetricPoint, Status, Sweep, SweepTrial, utcnow
+from jobs.store.states import TransitionRefused, transition
 from jobs.sweeps import asha
 from jobs.sweeps.sampling import params_of
 from jobs.sweeps.spec import SweepSpec, rank_key, trial_spec

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlmodel import Session
 
-from jobs.models import Sweep, SweepTrial
+from jobs.store.models import Sweep, SweepTrial
 from jobs.sweeps import asha
 from jobs.sweeps.spec import SweepSpec
 from jobs.sweeps.store import SWEEP_LABEL

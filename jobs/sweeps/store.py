@@ -21,8 +21,9 @@ from redis import Redis
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session
 
-from jobs import cursors, job_control, job_lookup, submission
-from jobs.models import Job, Status, Sweep, SweepTrial, utcnow
+from jobs.lifecycle import job_control, submission
+from jobs.reads import cursors, job_lookup
+from jobs.store.models import Job, Status, Sweep, SweepTrial, utcnow
 from jobs.sweeps.sampling import params_of
 from jobs.sweeps.spec import Choice, IntRange, SweepSpec, set_path, trial_spec
 from jobs.webhooks import events as webhook_events

@@ -6,14 +6,14 @@ from typing import Any
 
 from sqlmodel import Session
 
-from jobs.models import Status
+from jobs.store.models import Status
 from jobs.webhooks.models import WebhookEvent
 
 JOB_STARTED, JOB_SUCCEEDED, JOB_FAILED = "job.started", "job.succeeded", "job.failed"
 JOB_CANCELLED, JOB_PREEMPTED, SWEEP_FINISHED = "job.cancelled", "job.preempted", "sweep.finished"
 HOST_DRAINED, GPU_QUARANTINED = "host.drained", "gpu.quarantined"  # the admin's webhooks only
 TYPES = (JOB_STARTED, JOB_SUCCEEDED, JOB_FAILED, JOB_CANCELLED, JOB_PREEMPTED, SWEEP_FINISHED, HOST_DRAINED, GPU_QUARANTINED)
-# A host's history kinds (jobs/host_states.py) that are sent; an undrain or a clear is not news to page anyone about.
+# A host's history kinds (jobs/hosts/states.py) that are sent; an undrain or a clear is not news to page anyone about.
 _BY_HOST_KIND = {"drain": HOST_DRAINED, "quarantine": GPU_QUARANTINED}
 HOSTS_OWNER = "admin"  # host events belong to no tenant: owned by the admin's name, only the admin's webhooks hear them
 

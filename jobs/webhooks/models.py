@@ -8,7 +8,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlmodel import JSON, Column, Field, SQLModel
 
-from jobs.models import UTCDateTime, _ts, utcnow
+from jobs.store.models import UTCDateTime, _ts, utcnow
 
 
 class WebhookEvent(SQLModel, table=True):
@@ -33,7 +33,7 @@ class Webhook(SQLModel, table=True):
     url: str = Field(sa_column=Column(sa.Text, nullable=False))
     events: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
     format: str = Field(max_length=16)
-    # The signing secret, a Fernet token under TORCHYARD_SECRETS_KEY (jobs.secrets): the sender needs it in clear.
+    # The signing secret, a Fernet token under TORCHYARD_SECRETS_KEY (jobs.infra.secrets): the sender needs it in clear.
     secret_token: str = Field(sa_column=Column(sa.Text, nullable=False))
     created_at: datetime = Field(default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False))
 

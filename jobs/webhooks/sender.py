@@ -16,11 +16,11 @@ import threading
 
 from sqlmodel import Session
 
-from jobs import leader
-from jobs.db import get_engine
-from jobs.lease_loop import LeaseLoop
-from jobs.secrets import SecretsUnavailable
+from jobs.infra.secrets import SecretsUnavailable
+from jobs.scheduling import leader
+from jobs.scheduling.lease_loop import LeaseLoop
 from jobs.settings import Settings
+from jobs.store.db import get_engine
 from jobs.webhooks import post, store
 from jobs.webhooks.ssrf import AllowList
 

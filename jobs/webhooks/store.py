@@ -9,10 +9,10 @@ from datetime import datetime, timedelta
 import sqlalchemy as sa
 from sqlmodel import Session
 
-from jobs import job_lookup
-from jobs.models import new_job_id, utcnow
-from jobs.secrets import seal, unseal
+from jobs.infra.secrets import seal, unseal
+from jobs.reads import job_lookup
 from jobs.settings import Settings
+from jobs.store.models import new_job_id, utcnow
 from jobs.webhooks import formats
 from jobs.webhooks.models import Webhook, WebhookDelivery, WebhookEvent
 

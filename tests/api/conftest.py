@@ -10,11 +10,11 @@ from fastapi.testclient import TestClient
 from sqlmodel import Session
 
 from api.app import create_app
-from jobs.db import get_engine
-from jobs.ingest import ingest_events
-from jobs.models import Attempt, Status, utcnow
 from jobs.settings import Settings
-from jobs.states import transition
+from jobs.store.db import get_engine
+from jobs.store.ingest import ingest_events
+from jobs.store.models import Attempt, Status, utcnow
+from jobs.store.states import transition
 from tests.helpers import ADMIN_TOKEN
 
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}

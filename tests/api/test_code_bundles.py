@@ -20,9 +20,9 @@ import httpx
 import psutil
 import pytest
 
-from jobs import bundles
-from jobs.db import get_engine
+from jobs.bundles import store as bundles
 from jobs.settings import Settings
+from jobs.store.db import get_engine
 from tests.conftest import make_settings
 from tests.helpers import ROOT, Services
 from torchyard.client.pack import PackError, pack

@@ -9,9 +9,9 @@ import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
-from jobs.models import Job, MetricPoint, Status, utcnow
-from jobs.retention import expire_run_dirs
+from jobs.lifecycle.retention import expire_run_dirs
 from jobs.settings import Settings
+from jobs.store.models import Job, MetricPoint, Status, utcnow
 from tests.api.conftest import finish_job, ingest, key_headers, metric_event, mlp_spec, session_of, start_job
 
 

@@ -6,11 +6,13 @@ from fastapi.testclient import TestClient
 from redis import Redis
 
 from api.schemas import AttemptOut, JobOut, TransitionOut
-from jobs import hosts, job_lookup, leader
-from jobs.models import Status
-from jobs.scheduler import run_pass
+from jobs.hosts import registry as hosts
+from jobs.reads import job_lookup
+from jobs.scheduling import leader
+from jobs.scheduling.scheduler import run_pass
 from jobs.settings import Settings
-from jobs.states import transition
+from jobs.store.models import Status
+from jobs.store.states import transition
 from tests.api.conftest import finish_job, key_headers, mlp_spec, session_of, start_job
 
 

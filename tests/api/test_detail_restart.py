@@ -9,8 +9,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from api.app import create_app
-from jobs.db import get_engine, init_db
 from jobs.settings import Settings
+from jobs.store.db import get_engine, init_db
 from tests import postgres_server
 from tests.api.conftest import ADMIN, mlp_spec, start_job
 from tests.conftest import make_settings

@@ -9,9 +9,9 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 
-from jobs.feed import BATCH
-from jobs.models import Status
+from jobs.reads.feed import BATCH
 from jobs.settings import Settings
+from jobs.store.models import Status
 from tests.api.conftest import finish_job, ingest, mlp_spec, start_job
 
 Message = tuple[str, str, dict[str, Any]]  # (id, event, data)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
-from jobs import hosts
-from jobs.clock import db_now
-from jobs.models import Host, Job
+from jobs.hosts import registry as hosts
+from jobs.infra.clock import db_now
 from jobs.settings import Settings
+from jobs.store.models import Host, Job
 from tests.api.conftest import ADMIN, key_headers, mlp_spec, session_of, start_job
 
 

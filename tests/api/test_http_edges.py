@@ -16,7 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from api.ranges import Unsatisfiable, byte_range
-from jobs import cursors, job_logs
+from jobs.reads import cursors, job_logs
 from jobs.settings import Settings
 from tests.api.conftest import finish_job, ingest, metric_event, mlp_spec, start_job
 from tests.helpers import ADMIN_TOKEN

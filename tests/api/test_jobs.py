@@ -7,9 +7,9 @@ from fastapi.testclient import TestClient
 from redis import Redis
 from sqlmodel import Session
 
-from jobs.db import get_engine
-from jobs.ingest import ingest_events
 from jobs.settings import Settings
+from jobs.store.db import get_engine
+from jobs.store.ingest import ingest_events
 from tests.api.conftest import mlp_spec
 
 

@@ -11,8 +11,8 @@ from fastapi.testclient import TestClient
 from sqlmodel import Session
 
 from api.app import create_app
-from jobs import keys
-from jobs.db import get_engine, init_db
+from jobs.infra import keys
+from jobs.store.db import get_engine, init_db
 from tests.api.conftest import ADMIN
 from tests.conftest import make_settings
 

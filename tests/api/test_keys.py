@@ -5,8 +5,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
-from jobs.models import ApiKey
 from jobs.settings import Settings
+from jobs.store.models import ApiKey
 from tests.api.conftest import ADMIN, key_headers, mlp_spec, session_of
 
 

@@ -12,10 +12,10 @@ from pydantic import BaseModel
 from redis import Redis
 
 from api.app import create_app
-from jobs import leader
-from jobs.models import Status
-from jobs.scheduler import run_pass
+from jobs.scheduling import leader
+from jobs.scheduling.scheduler import run_pass
 from jobs.settings import Settings
+from jobs.store.models import Status
 from jobspec import catalog
 from jobspec.spec import SPEC_ADAPTER
 from tests.api.conftest import ADMIN, key_headers, mlp_spec, session_of, start_job

@@ -10,9 +10,9 @@ from pathlib import Path
 
 from fastapi.testclient import TestClient
 
-from jobs.models import Status
 from jobs.settings import Settings
-from jobs.states import transition
+from jobs.store.models import Status
+from jobs.store.states import transition
 from tests.api.conftest import finish_job, mlp_spec, session_of, start_job
 
 

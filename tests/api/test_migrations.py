@@ -14,8 +14,8 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlmodel import Session, SQLModel
 
-from jobs.db import _BASELINE, _alembic_config, head_revision, init_db, make_engine, migrate
-from jobs.models import Job
+from jobs.store.db import _BASELINE, _alembic_config, head_revision, init_db, make_engine, migrate
+from jobs.store.models import Job
 from tests.helpers import ROOT
 
 
@@ -37,7 +37,7 @@ def test_migrations_at_head_match_the_models(database_url: str) -> None:
         assert _revision(engine) == head_revision()
         diff = _drift(engine)
         assert diff == [], (
-            "jobs/models.py and the migrations differ; add a migration: "
+            "jobs/store/models.py and the migrations differ; add a migration: "
             f"TORCHYARD_DATABASE_URL=... alembic revision --autogenerate -m '...'\n{diff}")
         # Down to nothing and up again: the downgrade path works too.
         cfg = _alembic_config()

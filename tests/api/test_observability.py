@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from api.app import create_app
-from jobs import logconfig
+from jobs.infra import logconfig
 from jobs.settings import Settings
 from stack.redis_server import free_port
 from tests.api.conftest import ADMIN, ingest, metric_event, mlp_spec, start_job
@@ -61,7 +61,7 @@ def test_logs_are_json_lines_with_job_and_request_ids(client: TestClient, capsys
         lines = [json.loads(line) for line in capsys.readouterr().err.splitlines() if line.startswith("{")]
     finally:
         logging.getLogger().handlers.clear()
-    submitted = [r for r in lines if r["logger"] == "jobs.submission" and "submitted" in r["message"]]
+    submitted = [r for r in lines if r["logger"] == "jobs.lifecycle.submission" and "submitted" in r["message"]]
     assert submitted and submitted[0]["job_id"] == job_id and submitted[0]["request_id"] == "req-42"
     access = [r for r in lines if r["logger"] == "api.access"]
     assert {(r["method"], r["route"], r["status"]) for r in access} >= {("POST", "/v1/jobs", 201), ("GET", "/v1/jobs/{job_id}", 200)}

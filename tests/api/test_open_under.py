@@ -1,4 +1,4 @@
-"""jobs.artifacts.open_under: the one way the API opens a file of a run directory."""
+"""jobs.reads.artifacts.open_under: the one way the API opens a file of a run directory."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.artifacts import open_under
+from jobs.reads.artifacts import open_under
 
 
 def test_reads_a_regular_file_under_the_root(tmp_path: Path) -> None:

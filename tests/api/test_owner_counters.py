@@ -15,11 +15,11 @@ from redis import Redis
 from sqlmodel import Session
 
 from api.app import create_app
-from jobs import limits
-from jobs.db import get_engine, migrate
-from jobs.models import Job, Status
-from jobs.reconciler import reconcile
+from jobs.lifecycle.reconciler import reconcile
 from jobs.settings import Settings
+from jobs.store import limits
+from jobs.store.db import get_engine, migrate
+from jobs.store.models import Job, Status
 from tests.api.conftest import ADMIN, finish_job, key_headers, mlp_spec, session_of, start_job
 from tests.conftest import make_settings
 from tests.helpers import Services

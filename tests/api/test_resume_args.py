@@ -12,10 +12,10 @@ import sqlalchemy as sa
 from fastapi.testclient import TestClient
 from sqlmodel import Session
 
-from jobs.db import get_engine
-from jobs.ingest_found import FOUND_BASE, FoundCheckpoint, ingest_found
-from jobs.models import Job
 from jobs.settings import Settings
+from jobs.store.db import get_engine
+from jobs.store.ingest_found import FOUND_BASE, FoundCheckpoint, ingest_found
+from jobs.store.models import Job
 
 
 @pytest.mark.parametrize(("change", "field"), [

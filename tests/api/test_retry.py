@@ -9,9 +9,10 @@ from fastapi.testclient import TestClient
 from pydantic import SecretStr
 
 from api.app import create_app
-from jobs import limits, secrets
-from jobs.models import Job, Status
+from jobs.infra import secrets
 from jobs.settings import Settings
+from jobs.store import limits
+from jobs.store.models import Job, Status
 from tests.api.conftest import ADMIN, finish_job, ingest, mlp_spec, session_of, start_job
 
 # Set per job, or by the scheduler's pass whenever it runs.

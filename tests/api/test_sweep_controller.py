@@ -9,9 +9,9 @@ from fastapi.testclient import TestClient
 from redis import Redis
 from sqlmodel import select
 
-from jobs.models import Job, Status
 from jobs.settings import Settings
-from jobs.states import transition
+from jobs.store.models import Job, Status
+from jobs.store.states import transition
 from jobs.sweeps import controller
 from tests.api.conftest import finish_job, ingest, mlp_spec, session_of, start_job
 

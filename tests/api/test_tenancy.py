@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from fastapi.testclient import TestClient
 
-from jobs.models import Status
 from jobs.settings import Settings
+from jobs.store.models import Status
 from tests.api.conftest import finish_job, key_headers, mlp_spec, start_job
 
 JOB_ROUTES = [

@@ -10,8 +10,8 @@ from datetime import datetime, timedelta, timezone
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
-from jobs.models import Attempt
 from jobs.settings import Settings
+from jobs.store.models import Attempt
 from tests.api.conftest import ADMIN, key_headers, mlp_spec, session_of, start_job
 
 DAY = datetime(2026, 10, 5, tzinfo=timezone.utc)

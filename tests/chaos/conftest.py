@@ -15,9 +15,9 @@ import pytest
 import sqlalchemy as sa
 from sqlmodel import Session
 
-from jobs.db import get_engine, init_db
-from jobs.models import Attempt
 from jobs.settings import Settings
+from jobs.store.db import get_engine, init_db
+from jobs.store.models import Attempt
 from tests.conftest import make_settings
 from worker.sandbox.processes import marked_processes
 

@@ -13,9 +13,9 @@ import pytest
 import sqlalchemy as sa
 from sqlmodel import Session
 
-from jobs.db import get_engine, init_db
-from jobs.models import Checkpoint
 from jobs.settings import Settings
+from jobs.store.db import get_engine, init_db
+from jobs.store.models import Checkpoint
 from tests import postgres_server
 from tests.chaos.conftest import assert_nothing_lost, attempts, faults, slow, spec, wait_step
 from tests.conftest import make_settings

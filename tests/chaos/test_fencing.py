@@ -13,9 +13,9 @@ import pytest
 import sqlalchemy as sa
 from sqlmodel import Session
 
-from jobs.db import get_engine
-from jobs.models import Transition
 from jobs.settings import Settings
+from jobs.store.db import get_engine
+from jobs.store.models import Transition
 from tests.chaos.conftest import assert_nothing_lost, attempts, faults, slow, spec, wait_step
 from tests.helpers import Services, tree, wait_until
 from worker.sandbox.processes import marked_processes

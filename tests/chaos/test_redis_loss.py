@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from jobs.db import get_engine, init_db
 from jobs.settings import Settings
+from jobs.store.db import get_engine, init_db
 from stack.redis_server import RedisServer
 from tests.chaos.conftest import assert_nothing_lost, faults, slow, spec, wait_step
 from tests.chaos.test_gang import GANG_ENV, assert_finished, gang_spec

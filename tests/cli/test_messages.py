@@ -8,8 +8,8 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from jobs.ingest_found import FoundCheckpoint, ingest_found, last_found_seq
-from jobs.states import Status
+from jobs.store.ingest_found import FoundCheckpoint, ingest_found, last_found_seq
+from jobs.store.states import Status
 from tests.api.conftest import finish_job, ingest, session_of, start_job
 from tests.cli.conftest import cli
 from tests.helpers import Services

@@ -6,7 +6,7 @@ from datetime import datetime, timedelta, timezone
 
 import sqlalchemy as sa
 
-from jobs.models import Attempt
+from jobs.store.models import Attempt
 from tests.api.conftest import session_of, start_job
 from tests.cli.conftest import cli
 from tests.helpers import Services

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.models import ErrorType
+from jobs.store.models import ErrorType
 from stack.slurm_cluster import SlurmCluster
 from tests.chaos.conftest import faults, slow
 from tests.executors.conftest import events, executor_settings, job_spec, phases, request, wait_ended, wait_step

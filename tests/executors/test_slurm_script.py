@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from jobs.models import ErrorType
 from jobs.settings import Settings
+from jobs.store.models import ErrorType
 from tests.deploy.test_manifests import _shims
 from tests.executors.conftest import events, executor_settings, job_spec, phases, request
 from worker.executors.base import EngineReason, Phase, RankState, engine_verdict

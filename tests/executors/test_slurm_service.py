@@ -16,8 +16,8 @@ import httpx
 import pytest
 from cryptography.fernet import Fernet
 
-from jobs.db import get_engine, init_db
 from jobs.settings import Settings
+from jobs.store.db import get_engine, init_db
 from stack.slurm_cluster import SlurmCluster
 from tests.chaos.conftest import faults, loss_steps, slow, wait_step
 from tests.conftest import make_settings

@@ -9,9 +9,9 @@ from fastapi.testclient import TestClient
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jobs.dependencies import verdict
-from jobs.models import Job, Status
+from jobs.scheduling.dependencies import verdict
 from jobs.settings import Settings
+from jobs.store.models import Job, Status
 from tests.api.conftest import app, client, finish_job, key_headers, session_of, start_job  # noqa: F401 - fixtures
 from tests.jobs.test_scheduler_pass import _host, _job, _pass
 

@@ -1,4 +1,4 @@
-"""A task forked while another thread of the worker writes to SQLite can still write (jobs/fork_guard.py)."""
+"""A task forked while another thread of the worker writes to SQLite can still write (jobs/infra/fork_guard.py)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from jobs.db import make_engine
-from jobs.fork_guard import GUARD
+from jobs.infra.fork_guard import GUARD
+from jobs.store.db import make_engine
 
 WRITE_HELD_S = 1.0
 
@@ -19,7 +19,7 @@ WRITE_HELD_S = 1.0
 def _fork_while_a_thread_writes(tmp_path: Path, guarded: bool) -> tuple[str, float]:
     """Fork while another thread holds the write lock for WRITE_HELD_S; the child then writes with a 3 s busy
     timeout. Returns the child's outcome and how long after the writer committed the fork happened."""
-    db = tmp_path / "jobs.db"
+    db = tmp_path / "jobs.store.db"
     engine = make_engine(f"sqlite:///{db}")
     with engine.begin() as conn:
         conn.execute(sa.text("CREATE TABLE t (x INTEGER)"))

@@ -9,10 +9,11 @@ from fastapi.testclient import TestClient
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jobs import gpu_faults, hosts
-from jobs.models import Job
+from jobs.hosts import gpu_faults
+from jobs.hosts import registry as hosts
 from jobs.scheduling.reasons import unavailable
 from jobs.settings import Settings
+from jobs.store.models import Job
 from tests.api.conftest import app, client, key_headers, session_of  # noqa: F401 - fixtures
 from tests.jobs.test_scheduler_pass import _host, _job, _pass, _submit
 from worker import health

@@ -5,10 +5,10 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlmodel import Session
 
-from jobs.db import get_engine
-from jobs.ingest import ingest_events
-from jobs.models import Checkpoint, Job, MetricPoint
 from jobs.settings import Settings
+from jobs.store.db import get_engine
+from jobs.store.ingest import ingest_events
+from jobs.store.models import Checkpoint, Job, MetricPoint
 
 
 def _metric(seq: int, step: int, loss: float) -> dict:

@@ -14,12 +14,12 @@ import pytest
 import sqlalchemy as sa
 from sqlmodel import Session
 
-from jobs import feed, job_lookup, job_pages
-from jobs.db import get_engine
-from jobs.ingest import ingest_events
-from jobs.models import Job, Status
+from jobs.reads import feed, job_lookup, job_pages
 from jobs.settings import Settings
-from jobs.states import transition
+from jobs.store.db import get_engine
+from jobs.store.ingest import ingest_events
+from jobs.store.models import Job, Status
+from jobs.store.states import transition
 
 TABLES = ("job_metrics", "job_checkpoints", "job_transitions")
 

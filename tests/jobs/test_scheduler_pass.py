@@ -10,10 +10,11 @@ from hypothesis import strategies as st
 from redis import Redis
 from rq import Queue
 
-from jobs import hosts, leader
-from jobs.models import Attempt, Job
-from jobs.scheduler import host_queue, run_pass, task_id
+from jobs.hosts import registry as hosts
+from jobs.scheduling import leader
+from jobs.scheduling.scheduler import host_queue, run_pass, task_id
 from jobs.settings import Settings
+from jobs.store.models import Attempt, Job
 from tests.api.conftest import app, client, session_of  # noqa: F401 - fixtures
 
 LEADER = "worker-a"
@@ -130,7 +131,7 @@ def test_without_the_lease_a_pass_writes_nothing(client: TestClient, settings: S
 
 
 def test_a_submission_wakes_the_leader_instead_of_waiting_for_its_next_pass(client: TestClient, settings: Settings) -> None:  # noqa: F811
-    from jobs.scheduler import SchedulerLoop
+    from jobs.scheduling.scheduler import SchedulerLoop
     from tests.helpers import wait_until
 
     (settings.code_dir / "train.py").write_text("pass\n")
@@ -155,7 +156,7 @@ def test_a_wait_with_under_a_millisecond_left_returns_on_time(settings: Settings
     import threading
     import time
 
-    from jobs.scheduler import SchedulerLoop
+    from jobs.scheduling.scheduler import SchedulerLoop
 
     loop = SchedulerLoop(settings, LEADER, Redis.from_url(settings.redis_url), interval_s=0.0005)
     loop.leading = True  # only the leader waits on the nudge list
@@ -170,7 +171,7 @@ def test_a_wait_with_under_a_millisecond_left_returns_on_time(settings: Settings
 
 @given(st.floats(min_value=-1.0, max_value=3600.0, allow_nan=False))
 def test_the_nudge_wait_is_never_under_10_ms_nor_over_a_second(left: float) -> None:
-    from jobs.scheduler import nudge_wait_s
+    from jobs.scheduling.scheduler import nudge_wait_s
 
     wait = nudge_wait_s(left)
     assert 0.01 <= wait <= 1.0

@@ -8,10 +8,10 @@ import pytest
 import sqlalchemy as sa
 from sqlmodel import Session
 
-from jobs.db import get_engine
-from jobs.models import Job, Status, Transition
 from jobs.settings import Settings
-from jobs.states import TransitionRefused, transition
+from jobs.store.db import get_engine
+from jobs.store.models import Job, Status, Transition
+from jobs.store.states import TransitionRefused, transition
 
 
 def _job(settings: Settings) -> str:

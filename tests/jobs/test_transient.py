@@ -6,7 +6,7 @@ import pytest
 import sqlalchemy as sa
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from jobs import transient
+from jobs.infra import transient
 
 
 def _flaky(failures: list[Exception]):  # type: ignore[no-untyped-def]

@@ -1,5 +1,5 @@
 """Usage is the attempts' placements times their durations, cut at the window and at midnight: properties of the
-pure summary (jobs/usage.py), each checked against a computation of its own."""
+pure summary (jobs/reads/usage.py), each checked against a computation of its own."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jobs.usage import Span, parse_group_by, summarize
+from jobs.reads.usage import Span, parse_group_by, summarize
 
 T0 = datetime(2026, 11, 1, tzinfo=timezone.utc)
 NOW = T0 + timedelta(days=5)

@@ -1,6 +1,6 @@
 """The lost-worker limit as the reconciler applies it to a job whose worker stopped heart-beating: the first
 ``max_worker_losses`` losses put the job back in line without spending a retry, the next one fails it; a job is
-judged on the losses of its earlier attempts, as the supervisor's verdict on a lost node is (jobs.states)."""
+judged on the losses of its earlier attempts, as the supervisor's verdict on a lost node is (jobs.store.states)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ import pytest
 from redis import Redis
 from sqlmodel import Session
 
-from jobs.db import get_engine
-from jobs.models import Attempt, ErrorType, Job, Status
-from jobs.reconciler import reconcile
+from jobs.lifecycle.reconciler import reconcile
 from jobs.settings import Settings
-from jobs.states import worker_losses
+from jobs.store.db import get_engine
+from jobs.store.models import Attempt, ErrorType, Job, Status
+from jobs.store.states import worker_losses
 
 LONG_AGO = datetime(2000, 1, 1, tzinfo=timezone.utc)
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from jobs.db import get_engine, init_db
 from jobs.settings import Settings
+from jobs.store.db import get_engine, init_db
 from tests.conftest import make_settings
 
 

@@ -22,8 +22,8 @@ import sqlalchemy as sa
 from cryptography.fernet import Fernet
 from redis import Redis
 
-from jobs.db import get_engine, init_db
 from jobs.settings import Settings
+from jobs.store.db import get_engine, init_db
 from stack.redis_server import RedisServer
 from tests.conftest import make_settings
 from tests.helpers import Services

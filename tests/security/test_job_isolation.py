@@ -27,8 +27,8 @@ import psutil
 import pytest
 from cryptography.fernet import Fernet
 
-from jobs.db import get_engine, init_db
 from jobs.settings import Settings
+from jobs.store.db import get_engine, init_db
 from stack.redis_server import RedisServer
 from tests.conftest import make_settings
 from tests.helpers import ROOT, Services, wait_until

@@ -48,8 +48,8 @@ from schemathesis.config import SchemathesisConfig
 from schemathesis.core.failures import AcceptedNegativeData
 from schemathesis.core.parameters import ParameterLocation
 
-from jobs.db import get_engine, init_db
 from jobs.settings import Settings
+from jobs.store.db import get_engine, init_db
 from stack.redis_server import RedisServer
 from tests.api.conftest import finish_job, ingest, metric_event, start_job
 from tests.conftest import make_settings

@@ -21,7 +21,7 @@ import pytest
 import sqlalchemy as sa
 
 import jobspec.pdeathsig
-from jobs.db import get_engine
+from jobs.store.db import get_engine
 from tests.helpers import wait_until
 from tests.security.conftest import Live
 

@@ -10,7 +10,7 @@ from cryptography.fernet import Fernet
 from fastapi.testclient import TestClient
 
 from api.app import create_app
-from jobs.db import get_engine, init_db
+from jobs.store.db import get_engine, init_db
 from tests.api.conftest import ADMIN, key_headers
 from tests.conftest import make_settings
 

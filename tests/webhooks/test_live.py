@@ -15,8 +15,8 @@ import pytest
 from cryptography.fernet import Fernet
 from sqlmodel import Session
 
-from jobs.db import get_engine
-from jobs.models import Job
+from jobs.store.db import get_engine
+from jobs.store.models import Job
 from tests.cli.conftest import cli
 from tests.helpers import Services, wait_until
 from tests.webhooks.receiver import Receiver

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jobs.models import Status
+from jobs.store.models import Status
 from jobs.webhooks import formats
 from jobs.webhooks.events import job_event
 from jobs.webhooks.ssrf import AllowList, Refused, check_url, refusal

@@ -18,10 +18,10 @@ import sqlalchemy as sa
 from cryptography.fernet import Fernet
 from sqlmodel import Session
 
-from jobs.db import get_engine, init_db
-from jobs.models import Job, Status, utcnow
 from jobs.settings import Settings
-from jobs.states import TransitionRefused, transition
+from jobs.store.db import get_engine, init_db
+from jobs.store.models import Job, Status, utcnow
+from jobs.store.states import TransitionRefused, transition
 from jobs.webhooks import store
 from jobs.webhooks.models import WebhookDelivery, WebhookEvent
 from jobs.webhooks.sender import WebhookSender
@@ -255,8 +255,8 @@ def test_a_redirect_is_not_followed(hook_settings: Settings, receiver: Receiver,
 
 
 def test_a_drain_and_a_quarantine_reach_the_admin_s_webhooks_only(hook_settings: Settings) -> None:
-    from jobs import hosts
-    from jobs.host_states import drain, record
+    from jobs.hosts import registry as hosts
+    from jobs.hosts.states import drain, record
 
     admin = _hook(hook_settings, "admin", "https://hooks.example.com/ops", ["host.drained", "gpu.quarantined"])
     tenant = _hook(hook_settings, "alice", "https://hooks.example.com/alice", ["host.drained", "gpu.quarantined"])

@@ -13,11 +13,11 @@ from fastapi.testclient import TestClient
 from sqlmodel import Session
 
 from api.app import create_app
-from jobs import queue
-from jobs.db import get_engine, init_db
-from jobs.models import Attempt, ErrorType, Job, Status
+from jobs.infra import queue
 from jobs.settings import Settings
-from jobs.states import transition
+from jobs.store.db import get_engine, init_db
+from jobs.store.models import Attempt, ErrorType, Job, Status
+from jobs.store.states import transition
 from tests.api.conftest import ADMIN, mlp_spec
 from tests.conftest import make_settings
 from worker import supervisor

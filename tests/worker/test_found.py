@@ -8,12 +8,12 @@ import sqlalchemy as sa
 from sqlmodel import Session
 from torch.utils.tensorboard import SummaryWriter
 
-from jobs import feed
-from jobs.db import get_engine
-from jobs.ingest import ingest_events
-from jobs.ingest_found import FOUND_BASE, FoundPoint, ingest_found
-from jobs.models import Job, MetricPoint
+from jobs.reads import feed
 from jobs.settings import Settings
+from jobs.store.db import get_engine
+from jobs.store.ingest import ingest_events
+from jobs.store.ingest_found import FOUND_BASE, FoundPoint, ingest_found
+from jobs.store.models import Job, MetricPoint
 from worker.found import Found
 from worker.tb_tail import TensorBoardTail
 

@@ -13,7 +13,7 @@ import pytest
 from redis import Redis
 from rq import Queue
 
-from jobs.scheduler import host_queue
+from jobs.scheduling.scheduler import host_queue
 from worker import host_runner
 from worker.host_runner import HostRunner
 

@@ -11,10 +11,10 @@ from fastapi.testclient import TestClient
 from sqlmodel import Session
 
 from api.app import create_app
-from jobs import queue
-from jobs.db import get_engine, init_db
-from jobs.models import Attempt, Job, Status
-from jobs.states import transition
+from jobs.infra import queue
+from jobs.store.db import get_engine, init_db
+from jobs.store.models import Attempt, Job, Status
+from jobs.store.states import transition
 from tests.api.conftest import ADMIN, metric_event, mlp_spec
 from tests.conftest import make_settings
 from torchyard.events import EVENTS_FILE

@@ -12,8 +12,8 @@ import httpx
 import pytest
 from sqlmodel import Session
 
-from jobs.db import get_engine
-from jobs.models import Lease
+from jobs.store.db import get_engine
+from jobs.store.models import Lease
 from tests.helpers import Services, wait_until
 
 pytestmark = pytest.mark.slow

@@ -12,8 +12,8 @@ import pytest
 import sqlalchemy as sa
 from sqlmodel import Session
 
-from jobs.db import get_engine
-from jobs.models import Job
+from jobs.store.db import get_engine
+from jobs.store.models import Job
 from tests.helpers import ROOT, Services
 from worker.sandbox.processes import marked_processes
 

@@ -10,9 +10,9 @@ from typing import Any
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from jobs import gpu_faults
-from jobs.models import ErrorType, Status
-from jobs.states import ALLOWED
+from jobs.hosts import gpu_faults
+from jobs.store.models import ErrorType, Status
+from jobs.store.states import ALLOWED
 from jobspec.exit_codes import PAUSED_PHASE, PREEMPTED_EXIT_CODE
 from worker.executors.base import EngineReason, Phase, RankState
 from worker.outcome import Failure

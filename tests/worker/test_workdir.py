@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from jobs.reads.workdir_files import list_written
 from jobs.settings import Settings
-from jobs.workdir_files import list_written
 from jobspec.spec import ScriptJobSpec
 from worker import workdir
 from worker.launch import start_dir, torchrun_command, torchrun_env

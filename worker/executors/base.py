@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from jobs.models import ErrorType
+from jobs.store.models import ErrorType
 from jobspec.spec import AnySpec
 from worker.launch import NodeLaunch
 from worker.sandbox.job_users import JobIdentity
@@ -73,7 +73,7 @@ class LaunchRequest:
     spec: AnySpec
     resume_from: str | None = None
     node: NodeLaunch | None = None
-    # The job's decrypted secrets (jobs/secrets.py), for the ranks' environment only; never logged or written.
+    # The job's decrypted secrets (jobs/infra/secrets.py), for the ranks' environment only; never logged or written.
     secrets: dict[str, str] = field(default_factory=dict, repr=False)
     # The uid (and cgroup) the ranks run as (worker/sandbox/job_users.py); None: the worker's own user.
     identity: JobIdentity | None = None

@@ -26,10 +26,10 @@ import psutil
 import sqlalchemy as sa
 from sqlmodel import Session
 
-from jobs.clock import db_now
-from jobs.db import get_engine
-from jobs.models import Job, Status
+from jobs.infra.clock import db_now
 from jobs.settings import Settings
+from jobs.store.db import get_engine
+from jobs.store.models import Job, Status
 from worker.launch import RUN_DIR_ENV
 from worker.sandbox.processes import ATTEMPT_MARK, JOB_MARK
 

@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session
 
-from jobs.models import Job, JobUid, Status, utcnow
+from jobs.store.models import Job, JobUid, Status, utcnow
 from worker.sandbox.job_users import pick_uid
 
 log = logging.getLogger(__name__)

@@ -40,7 +40,7 @@ def retry(
     if as_json and not follow_:
         _echo_json(_dump(job))
     elif not as_json:
-        # The service resumes from the old job's latest checkpoint still on disk (jobs.submission.retry).
+        # The service resumes from the old job's latest checkpoint still on disk (jobs.lifecycle.submission.retry).
         saved = [c for c in client.checkpoints(job_id) if c.available]
         start = f"from its checkpoint at step {saved[-1].step}" if saved else "from scratch (it left no checkpoint)"
         console.print(f"retried {job_id} as [bold]{job.id}[/] ({job.name}), {status_markup(job.status)}, {start}")

@@ -9,7 +9,7 @@ import httpx
 from torchyard.client.errors import ConnectionFailed, error_from_response
 from torchyard.client.http import HttpSession
 
-# How the server ends a followed log at its maximum lifetime (jobs.job_logs.RECONNECT_MARKER): then a position, a newline.
+# How the server ends a followed log at its maximum lifetime (jobs.reads.job_logs.RECONNECT_MARKER): then a position, a newline.
 _RECONNECT = "\x1etorchyard-reconnect "
 
 

@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 from sqlmodel import Session
 
-from jobs.db import get_engine
-from jobs.models import Job, JobUid, Status
 from jobs.settings import Settings
+from jobs.store.db import get_engine
+from jobs.store.models import Job, JobUid, Status
 from tests.uid_blocks import uid_block
 from worker.sandbox import cgroups, processes, run_dirs, uid_leases
 from worker.sandbox.job_users import JobIdentity, isolation_mode, missing_caps, owner_problem, pick_uid, uid_processes

@@ -15,9 +15,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from sqlmodel import Session
 
-from jobs.db import get_engine, init_db
-from jobs.models import Job, Status, utcnow
 from jobs.settings import Settings
+from jobs.store.db import get_engine, init_db
+from jobs.store.models import Job, Status, utcnow
 from jobspec.pdeathsig import parent_gone
 from tests.conftest import make_settings
 from tests.helpers import wait_until

@@ -1,0 +1,72 @@
+"""What an owner does to an existing job: cancel it, or delete a finished one with its rows and run directory."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from pathlib import Path
+
+import sqlalchemy as sa
+from redis import Redis
+from sqlmodel import Session
+
+from jobs.reads.job_lookup import get_job
+from jobs.settings import Settings
+from jobs.store.models import Attempt, Checkpoint, IdempotencyKey, Job, JobSecret, MetricPoint, Status, Transition
+from jobs.store.states import TransitionRefused, transition
+
+log = logging.getLogger(__name__)
+
+
+class JobConflict(Exception):
+    """The request does not fit the job's current status."""
+
+
+def request_cancel(session: Session, redis: Redis, owner: str, job_id: str) -> Job:
+    """Queued: cancelled at once and never runs. Running: ``cancelling``; its supervisor stops
+    the whole process tree and finishes the transition. Terminal: JobConflict."""
+    job = get_job(session, owner, job_id)
+    for _ in range(3):
+        status = Status(job.status)
+        if status is Status.CANCELLING:
+            return job
+        if status.terminal:
+            raise JobConflict(f"job {job_id} is already {status.value}")
+        try:
+            if status is Status.QUEUED:
+                return transition(session, job_id, Status.CANCELLED, expect=[Status.QUEUED], reason="cancelled by user")
+            return transition(session, job_id, Status.CANCELLING, expect=[Status.RUNNING], reason="cancel requested by user")
+        except TransitionRefused:
+            # It moved on (started, finished) while we looked; decide again on the fresh state.
+            job = get_job(session, owner, job_id)
+            session.refresh(job)
+    raise JobConflict(f"job {job_id} keeps changing state; try again")
+
+
+def delete_job(session: Session, settings: Settings, owner: str, job_id: str) -> None:
+    """Delete a finished job: its rows (metrics, checkpoints, attempts, transitions, secrets, idempotency
+    keys, the job) in one transaction, then its run directory. A queued or running job: JobConflict."""
+    job = get_job(session, owner, job_id)
+    if not Status(job.status).terminal:
+        raise JobConflict(f"job {job_id} is {job.status}; cancel it first, only a finished job can be deleted")
+    run_dir = Path(job.run_dir) if job.run_dir else None
+    for model in (MetricPoint, Checkpoint, Attempt, Transition, JobSecret, IdempotencyKey):
+        session.exec(sa.delete(model).where(model.job_id == job_id))  # type: ignore[call-overload, attr-defined]
+    # Guarded on the status: a job that is terminal now stays so, but the check and the delete are one statement.
+    deleted = session.exec(sa.delete(Job).where(Job.id == job_id, Job.status == job.status))  # type: ignore[call-overload]
+    if deleted.rowcount != 1:
+        session.rollback()
+        raise JobConflict(f"job {job_id} changed while being deleted; try again")
+    session.commit()
+    if run_dir is not None:
+        remove_run_dir(settings, run_dir)
+
+
+def remove_run_dir(settings: Settings, run_dir: Path) -> None:
+    """Remove a job's run directory; only ever one directly under the runs directory."""
+    root = settings.runs_dir.resolve()
+    target = run_dir.resolve()
+    if target.parent != root:
+        log.warning("not removing %s: not a run directory under %s", target, root)
+        return
+    shutil.rmtree(target, ignore_errors=True)
