@@ -7,6 +7,7 @@ the same file inside the ranks; none of them has another definition of a job. ``
 schemas in ``catalog`` (their torch-side builders are trainer.models and trainer.data), path safety in ``paths``,
 the names a job's ``env`` may set in ``env_rules``, its ``requirements`` in ``requirements``, the resume arguments'
 template in ``resume_args``. Between the worker and the ranks: the ``torchrun`` command line
-(``torchrun_args``), the exit codes that carry a verdict (``exit_codes``) and the parent-death signal every
-process of a job and of the service is started with (``pdeathsig``).
+(``torchrun_args``), the exit codes that carry a verdict (``exit_codes``), the parent-death signal every
+process of a job and of the service is started with (``pdeathsig``), and the files the ranks leave in their
+attempt's log directory as the API and the worker read them (``rank_logs``).
 """

@@ -23,10 +23,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from jobspec.rank_logs import NOTE_PREFIX, STEPS_MARK
 from trainer.import_hooks import after_import
 
-NOTE_PREFIX = "no-process-group.rank-"  # one file per rank that never joined, in logs/attempt-N/
-STEPS_MARK = "; optimizer steps in this process: "
 _seen: dict[str, int] = {"steps": 0}  # "world": the size of the group init_process_group returned; "steps": optimizer steps
 
 
@@ -89,24 +88,3 @@ def install(log_dir: Path | None = None) -> bool:
     after_import("torch.optim.optimizer", _watch_steps)
     atexit.register(_note, target, rank, world)
     return True
-
-
-def warning(log_dir: Path) -> str | None:
-    """What the job's status says when ranks of this attempt left notes (None when none did)."""
-    try:
-        notes = sorted(p for p in log_dir.iterdir() if p.name.startswith(NOTE_PREFIX))
-    except OSError:
-        return None
-    if not notes:
-        return None
-    texts = [p.read_text(encoding="utf-8", errors="replace").strip() for p in notes]
-    first = texts[0].split(STEPS_MARK)[0][:200]
-    said = f"warning: {len(notes)} rank(s) never formed a process group of the job's world size ({first})"
-    if all(t.endswith(f"{STEPS_MARK}0") for t in texts):
-        # Not one optimizer step: nothing says these ranks trained, alone or otherwise.
-        return (f"{said} and took no optimizer step in their own process: the script may have trained nothing. Usual "
-                "cause: a script that starts processes of its own, such as mp.spawn(nprocs=torch.cuda.device_count()), "
-                "which starts none on a host without GPUs")
-    return (f"{said}: each probably trained alone on all the data. Usual causes: a script without init_process_group "
-            "(torchrun only starts the processes), or a framework told to run one process (Accelerate's num_processes, "
-            "a Trainer's devices=1)")

@@ -26,49 +26,16 @@ import atexit
 import contextlib
 import io
 import os
-import re
 import sys
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-OUTPUT_LOG = "output.log"
-MERGED_LOG = "ranks.log"
-RANK_MARK = "rank"
-_RESTART = re.compile(r"attempt_(\d+)$")
+from jobspec.rank_logs import OUTPUT_LOG, RANK_MARK, merged_log_name
+
 _PARTIAL_MAX = 64 * 1024  # a line longer than this (a progress bar without newlines) is written in pieces
 PROGRESS_EVERY_S = 2.0  # at most one progress-bar redraw per rank per this many seconds in the merged log
-
-
-def merged_log_name(node: int) -> str:
-    return MERGED_LOG if node == 0 else f"ranks-node-{node}.log"
-
-
-def find_rank_dir(log_dir: Path, rank: int) -> Path | None:
-    """The directory of global rank ``rank``'s logs under torchrun's ``--log-dir`` of one attempt:
-    ``<log dir>/<run id>/attempt_<restart>/<local rank>``, of the newest launch and its highest restart.
-
-    A directory whose ``rank`` mark names another global rank is not it (node 1's local rank 0 is global
-    rank ``nproc_per_node``); one without a mark (a rank that died before writing it) counts under its
-    local rank, which equals the global rank on one node. Names only, no symlink followed."""
-    if log_dir.is_symlink() or not log_dir.is_dir():
-        return None
-    candidates = []
-    for rank_dir in log_dir.glob("*/attempt_*/*"):
-        restart = _RESTART.match(rank_dir.parent.name)
-        if not restart or rank_dir.is_symlink() or not rank_dir.is_dir():
-            continue
-        mark = rank_dir / RANK_MARK
-        try:
-            owner = int(mark.read_text()) if mark.is_file() and not mark.is_symlink() else int(rank_dir.name)
-            launched = rank_dir.parent.parent.lstat().st_mtime
-        except (OSError, ValueError):
-            continue
-        if owner == rank:
-            # One torchrun run-id directory per node and launch: the newest launch, then its highest restart.
-            candidates.append((launched, int(restart.group(1)), rank_dir))
-    return max(candidates, key=lambda c: (c[0], c[1]))[2] if candidates else None
 
 
 def _write_all(fd: int, data: bytes) -> None:

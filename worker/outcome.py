@@ -12,7 +12,7 @@ from pathlib import Path
 
 from jobs.store.models import ErrorType
 from jobspec.exit_codes import PREEMPTED_EXIT_CODE, SPEC_ERROR_EXIT_CODE
-from trainer.rank_output import OUTPUT_LOG, find_rank_dir
+from jobspec.rank_logs import OUTPUT_LOG, find_rank_dir
 from worker.sandbox.run_dirs import open_job_file, read_job_bytes
 
 log = logging.getLogger(__name__)

@@ -36,9 +36,9 @@ from jobs.store.models import ErrorType, Job, Status
 from jobs.store.states import TransitionRefused
 from jobs.sweeps.pauses import trial_pause
 from jobspec.pdeathsig import set_not_dumpable
+from jobspec.rank_logs import process_group_warning
 from jobspec.spec import AnySpec, SpecError, spec_from_dict
 from jobspec.view import StoredSpec
-from trainer import pg_watch
 from worker import attempt_dir, devices, engine_attempts, job_code, outcome, verdict_record
 from worker import node as nodes
 from worker.executors import make_executor
@@ -329,7 +329,7 @@ class Supervisor:
             return Stop(Why.CANCEL, exit_code=code)
         run_dir = self.run_dir
         if code == 0 and state.reason is None:
-            alone = pg_watch.warning(run_dir / "logs" / f"attempt-{job.attempt}")
+            alone = process_group_warning(run_dir / "logs" / f"attempt-{job.attempt}")
             return Stop(Why.EXITED, exit_code=code, state=state, detail=alone or "")
         failure = outcome.failure(code, run_dir / ERROR_FILE, self.launch.launcher_log)
         if failure.traceback is None:

@@ -18,7 +18,7 @@ from typing import BinaryIO
 
 from jobs.settings import Settings
 from jobspec.paths import resolve_under
-from trainer.rank_output import find_rank_dir
+from jobspec.rank_logs import find_rank_dir
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +88,7 @@ def log_file(settings: Settings, job_id: str, attempt: int, rank: int | None, st
     refuses a symlink anywhere on the way.
 
     torchrun ``--log-dir D --redirects=3`` writes ``D/<run id>/attempt_<restart>/<local rank>/{stdout,stderr}.log``;
-    ``rank`` is the global rank (trainer.rank_output.find_rank_dir maps it)."""
+    ``rank`` is the global rank (jobspec.rank_logs.find_rank_dir maps it)."""
     base = f"logs/attempt-{attempt}"
     if rank is None:
         return f"{base}/{LAUNCHER_LOG}"

@@ -21,7 +21,7 @@ from jobs.reads.artifacts import FileUnavailable
 from jobs.reads.job_lookup import get_job
 from jobs.settings import Settings
 from jobs.store.models import Job, Status
-from trainer.rank_output import MERGED_LOG, OUTPUT_LOG
+from jobspec.rank_logs import MERGED_LOG, OUTPUT_LOG
 
 LAUNCHER = "launcher"
 _NODE_FILE = re.compile(r"ranks-node-(\d+)\.log$")

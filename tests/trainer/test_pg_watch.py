@@ -9,9 +9,9 @@ import textwrap
 from pathlib import Path
 
 from jobspec.env_rules import env_name_problem
+from jobspec.rank_logs import NOTE_PREFIX, process_group_warning
 from jobspec.spec import spec_from_dict
 from tests.helpers import ROOT
-from trainer import pg_watch
 from worker.devices import cpu_env
 
 RANK = textwrap.dedent('''
@@ -45,22 +45,22 @@ def _ranks(tmp_path: Path, name: str, world: str, count: int, trains: bool = Tru
 
 def test_ranks_alone_are_noted_and_a_whole_group_is_not(tmp_path: Path) -> None:
     alone = _ranks(tmp_path, "alone", "none", 1)
-    assert (alone / f"{pg_watch.NOTE_PREFIX}0").read_text().strip() == \
+    assert (alone / f"{NOTE_PREFIX}0").read_text().strip() == \
         "rank 0 of 2 never called init_process_group; optimizer steps in this process: 1"
-    warning = pg_watch.warning(alone)
+    warning = process_group_warning(alone)
     assert warning is not None and "init_process_group" in warning and "never formed a process group" in warning
     assert "each probably trained alone on all the data" in warning
     small = _ranks(tmp_path, "small", "1", 1)  # a group of one where torchrun started two
-    assert "joined a process group of 1" in (small / f"{pg_watch.NOTE_PREFIX}0").read_text()
+    assert "joined a process group of 1" in (small / f"{NOTE_PREFIX}0").read_text()
     whole = _ranks(tmp_path, "whole", "2", 2)
-    assert list(whole.iterdir()) == [] and pg_watch.warning(whole) is None
+    assert list(whole.iterdir()) == [] and process_group_warning(whole) is None
 
 
 def test_ranks_that_never_trained_are_not_said_to_have_trained_alone(tmp_path: Path) -> None:
     """pytorch/examples' DDP scripts start their own processes with mp.spawn(nprocs=torch.cuda.device_count()): none
     on a CPU host, and the ranks torchrun started exit 0 having trained nothing."""
     idle = _ranks(tmp_path, "idle", "none", 2, trains=False)
-    warning = pg_watch.warning(idle) or ""
+    warning = process_group_warning(idle) or ""
     assert warning.startswith("warning: 2 rank(s) never formed a process group of the job's world size (rank 0 of 2 never "
                               "called init_process_group) and took no optimizer step in their own process"), warning
     assert "trained alone" not in warning and "mp.spawn" in warning

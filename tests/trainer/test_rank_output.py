@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from jobspec.rank_logs import OUTPUT_LOG, find_rank_dir
 from stack.redis_server import free_port
 from tests.helpers import ROOT
-from trainer.rank_output import OUTPUT_LOG, find_rank_dir
 
 pytestmark = pytest.mark.slow
 
