@@ -102,6 +102,7 @@ def download_checkpoint(store: ObjectStore, job_id: str, manifest: Manifest, che
     return target
 
 
-def delete_job(store: ObjectStore, job_id: str) -> int:
-    """Remove every object of the job; how many there were."""
-    return store.delete_prefix(job_key(job_id))
+def delete_job(store: ObjectStore, job_id: str, keep: str | None = None) -> int:
+    """Remove every object of the job but ``keep`` (a path in its run directory: the final weights retention keeps);
+    how many there were."""
+    return store.delete_prefix(job_key(job_id), keep=(keep,) if keep else ())

@@ -13,7 +13,7 @@ import contextlib
 import logging
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
@@ -147,9 +147,9 @@ class ObjectStore:
                     found[item["Key"][len(base):]] = int(item["Size"])
         return found
 
-    def delete_prefix(self, prefix: str) -> int:
-        """Delete every object under ``prefix`` (a folder); how many were deleted."""
-        keys = [f"{prefix.rstrip('/')}/{rel}" for rel in self.list(prefix)]
+    def delete_prefix(self, prefix: str, keep: Collection[str] = ()) -> int:
+        """Delete every object under ``prefix`` (a folder) but those ``keep`` names (relative to it); how many were deleted."""
+        keys = [f"{prefix.rstrip('/')}/{rel}" for rel in self.list(prefix) if rel not in keep]
         for i in range(0, len(keys), _DELETE_BATCH):
             batch = [{"Key": self._key(k)} for k in keys[i:i + _DELETE_BATCH]]
             with self._call("deletion under", prefix):
