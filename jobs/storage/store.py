@@ -139,12 +139,19 @@ class ObjectStore:
 
     def list(self, prefix: str) -> dict[str, int]:
         """Every object under ``prefix`` (a folder: '/' is added), key relative to it -> size."""
+        return {key: size for key, (size, _modified) in self.entries(prefix).items()}
+
+    def entries(self, prefix: str, limit: int | None = None) -> dict[str, tuple[int, float]]:
+        """The objects under ``prefix`` in key order, at most ``limit``: key relative to it -> (size, modified as a
+        POSIX time)."""
         base = self._key(prefix).rstrip("/") + "/"
-        found: dict[str, int] = {}
+        found: dict[str, tuple[int, float]] = {}
         with self._call("listing of", prefix):
             for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self.url.bucket, Prefix=base):
                 for item in page.get("Contents", []):
-                    found[item["Key"][len(base):]] = int(item["Size"])
+                    found[item["Key"][len(base):]] = (int(item["Size"]), item["LastModified"].timestamp())
+                    if limit is not None and len(found) >= limit:
+                        return found
         return found
 
     def delete_prefix(self, prefix: str, keep: Collection[str] = ()) -> int:
