@@ -4,19 +4,15 @@ its own runs directory holds nothing of the job; a store that does not answer is
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
 
-from api.app import create_app
 from jobs.settings import Settings
 from jobs.storage.checkpoints import job_key
 from jobs.storage.store import ObjectStore
 from jobs.storage.url import parse
-from tests.api.conftest import ADMIN, finish_job, ingest, mlp_spec, start_job
-from tests.conftest import make_settings
+from tests.api.conftest import finish_job, ingest, mlp_spec, start_job
 from tests.object_store import ACCESS_KEY, SECRET_KEY, SeaweedS3
 
 pytestmark = pytest.mark.slow
@@ -24,23 +20,7 @@ pytestmark = pytest.mark.slow
 WEIGHTS = "checkpoints/step_00000004/model.safetensors"
 
 
-@pytest.fixture
-def database_url(sqlite_url: str) -> str:
-    return sqlite_url
 
-
-@pytest.fixture
-def settings(tmp_path: Path, database_url: str, redis_url: str, s3: SeaweedS3) -> Settings:
-    from jobs.db import get_engine, init_db
-    s = make_settings(tmp_path, database_url, redis_url, storage_url=f"s3://{s3.bucket}/api", s3_endpoint_url=s3.endpoint)
-    init_db(get_engine(s.database_url))
-    return s
-
-
-@pytest.fixture
-def client(settings: Settings) -> Iterator[TestClient]:
-    with TestClient(create_app(settings), headers=ADMIN) as c:
-        yield c
 
 
 def _job_in_store_only(client: TestClient, settings: Settings, files: dict[str, bytes]) -> str:

@@ -3,48 +3,26 @@ final weights when asked), and another job's objects stay."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
-from api.app import create_app
 from jobs.models import Job, utcnow
 from jobs.retention import expire_run_dirs
 from jobs.settings import Settings
 from jobs.storage.checkpoints import job_key
 from jobs.storage.store import ObjectStore
 from jobs.storage.url import parse
-from tests.api.conftest import ADMIN, finish_job, ingest, mlp_spec, session_of, start_job
-from tests.conftest import make_settings
-from tests.object_store import SeaweedS3
+from tests.api.conftest import finish_job, ingest, mlp_spec, session_of, start_job
 
 pytestmark = pytest.mark.slow
 
 WEIGHTS = "checkpoints/step_00000004/model.safetensors"
 
 
-@pytest.fixture
-def database_url(sqlite_url: str) -> str:
-    return sqlite_url
 
-
-@pytest.fixture
-def settings(tmp_path: Path, database_url: str, redis_url: str, s3: SeaweedS3, request: pytest.FixtureRequest) -> Settings:
-    from jobs.db import get_engine, init_db
-    s = make_settings(tmp_path, database_url, redis_url, storage_url=f"s3://{s3.bucket}/objects-{request.node.name[:40]}",
-                      s3_endpoint_url=s3.endpoint)
-    init_db(get_engine(s.database_url))
-    return s
-
-
-@pytest.fixture
-def client(settings: Settings) -> Iterator[TestClient]:
-    with TestClient(create_app(settings), headers=ADMIN) as c:
-        yield c
 
 
 def _finished_job_in_store(client: TestClient, settings: Settings, days_ago: float = 0.0) -> str:

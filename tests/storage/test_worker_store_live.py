@@ -3,16 +3,12 @@ server before the job is marked succeeded."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from jobs.settings import Settings
 from jobs.storage import checkpoints as stored
 from jobs.storage.manifest import MANIFEST_NAME
 from jobs.storage.store import ObjectStore
-from jobs.storage.url import StorageUrl
-from tests.conftest import make_settings
+from jobs.storage.url import parse
 from tests.helpers import Services
 from tests.object_store import SeaweedS3
 
@@ -28,17 +24,6 @@ SPEC = {
 }
 
 
-@pytest.fixture
-def database_url(sqlite_url: str) -> str:
-    return sqlite_url
-
-
-@pytest.fixture
-def settings(tmp_path: Path, database_url: str, redis_url: str, s3: SeaweedS3) -> Settings:
-    from jobs.db import get_engine, init_db
-    s = make_settings(tmp_path, database_url, redis_url, storage_url=f"s3://{s3.bucket}/live", s3_endpoint_url=s3.endpoint)
-    init_db(get_engine(s.database_url))
-    return s
 
 
 def test_a_jobs_checkpoints_events_and_logs_are_in_the_store_when_it_succeeds(services: Services, s3: SeaweedS3) -> None:
@@ -54,7 +39,7 @@ def test_a_jobs_checkpoints_events_and_logs_are_in_the_store_when_it_succeeds(se
         job = services.wait_status(client, job_id, {"succeeded", "failed", "cancelled"}, timeout_s=300)
         assert job["status"] == "succeeded", job["error"]
 
-    store = ObjectStore(StorageUrl(s3.bucket, "live"), s3.endpoint)
+    store = ObjectStore(parse(settings.storage_url or ""), s3.endpoint)
     listing = store.list(stored.job_key(job_id))
     run_dir = settings.runs_dir / job_id
     # Every checkpoint the job committed, each with its manifest; the last one (step 8) with the final weights.
