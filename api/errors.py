@@ -22,6 +22,7 @@ from jobs.lifecycle.job_control import JobConflict
 from jobs.lifecycle.submission import IdempotencyMismatch
 from jobs.reads.artifacts import FileUnavailable
 from jobs.reads.job_lookup import JobNotFound
+from jobs.storage.store import StoreError
 from jobs.store.limits import OverLimit
 from jobspec.messages import user_problems
 from jobspec.spec import JobSpec, ScriptJobSpec, SpecError
@@ -96,6 +97,11 @@ def install(app: FastAPI) -> None:
     async def _redis_down(_: Request, exc: RedisError) -> JSONResponse:
         log.error("Redis error: %s", exc.__class__.__name__, exc_info=exc)
         return problem(503, "Redis does not answer; try again shortly", headers={"Retry-After": "5"})
+
+    @app.exception_handler(StoreError)
+    async def _store_down(_: Request, exc: StoreError) -> JSONResponse:
+        log.error("%s", exc)  # the key and the server's error code, never a credential (jobs/storage/store.py)
+        return problem(503, "the object store does not answer; try again shortly", headers={"Retry-After": "5"})
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:

@@ -86,6 +86,15 @@ class Settings(BaseSettings):
                                 "(the job's rows stay); unset: kept for good.")
     run_retention_keep_weights: bool = Field(
         False, description="When a run directory expires, keep its final consolidated weights file.")
+    # Object storage (jobs/storage/, docs/deploy.md "Several hosts without shared storage").
+    storage_url: str | None = Field(
+        None, description="s3://BUCKET[/PREFIX]: workers upload checkpoints (once complete), events, logs, final weights and "
+                          "artifacts there, and a job resumed on another host downloads its checkpoint from there. Region and "
+                          "credentials: the usual AWS_* variables (boto3). Unset: the runs directory only.")
+    s3_endpoint_url: str | None = Field(None, description="Endpoint of an S3-compatible server (http://seaweedfs:8333); "
+                                                          "unset: AWS S3.")
+    storage_sync_interval_s: float = Field(5.0, gt=0, le=300, description="How often a worker uploads a running job's "
+                                                                          "events and logs, and looks for new checkpoints.")
     clock_offset_s: float = Field(0.0, description="Skews this process's own wall clock (tests of clock skew); leases use "
                                                    "the database's clock and are unaffected.")
 
@@ -195,6 +204,33 @@ class Settings(BaseSettings):
     def _valid_allow_hosts(cls, value: list[str]) -> list[str]:
         from jobs.webhooks.ssrf import AllowList  # raises ValueError naming a malformed CIDR
         AllowList.parse(value)
+        return value
+
+    @field_validator("storage_url", "s3_endpoint_url", mode="before")
+    @classmethod
+    def _blank_is_unset(cls, value: object) -> object:
+        return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("storage_url")
+    @classmethod
+    def _valid_storage_url(cls, value: str | None) -> str | None:
+        if value is not None:
+            from jobs.storage.url import parse  # raises StorageUrlError (a ValueError) saying what is wrong
+            return str(parse(value))
+        return value
+
+    @field_validator("s3_endpoint_url")
+    @classmethod
+    def _valid_endpoint(cls, value: str | None) -> str | None:
+        if value is not None:
+            from urllib.parse import urlsplit
+            parts = urlsplit(value.strip())
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise ValueError("TORCHYARD_S3_ENDPOINT_URL must be an http:// or https:// URL of the S3 server "
+                                 "(e.g. http://seaweedfs:8333)")
+            if parts.username or parts.password:
+                raise ValueError("TORCHYARD_S3_ENDPOINT_URL must not carry credentials: use the AWS_* variables")
+            return value.strip()
         return value
 
     @field_validator("job_uids", mode="before")

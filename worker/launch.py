@@ -9,8 +9,8 @@ TORCHYARD_CODE_DIR: worker/workdir.py), where its ranks also start (``working_di
 ``requirements`` runs torchrun and its ranks with the Python of its environment (worker/venvs.py).
 
 The ranks' environment is the worker's without torchyard's own settings (they carry service
-credentials: database URL, admin token, secrets key), plus the job's allow-listed ``env``, its
-decrypted ``secrets`` and what torchyard tells every rank (job id, attempt, run directory).
+credentials: database URL, admin token, secrets key) nor, with an object store, the AWS_* variables, plus the
+job's allow-listed ``env``, its decrypted ``secrets`` and what torchyard tells every rank (job id, attempt, run directory).
 """
 
 from __future__ import annotations
@@ -41,6 +41,10 @@ RUN_DIR_ENV = "TORCHYARD_RUN_DIR"
 RESUME_FROM_ENV = "TORCHYARD_RESUME_FROM"  # read by torchyard.report.resume_path() when the run has no checkpoint yet
 # TORCHYARD_* variables of the worker that reach the ranks: they configure the trainer, never the service.
 RANK_PASSTHROUGH = frozenset({"TORCHYARD_LOG_LEVEL", "TORCHYARD_FAULTS"})
+SERVICE_PREFIXES: tuple[str, ...] = ("TORCHYARD_",)
+# With TORCHYARD_STORAGE_URL the worker's AWS_* variables are the object store's credentials (and where boto3 finds
+# others: AWS_SHARED_CREDENTIALS_FILE, AWS_PROFILE ...): never the ranks'. A job that needs its own passes them as secrets.
+STORE_CREDENTIAL_PREFIXES: tuple[str, ...] = ("AWS_",)
 BOOTSTRAP = "trainer.rank_bootstrap"  # every script rank starts here (trainer/rank_bootstrap.py)
 
 
@@ -130,13 +134,15 @@ def torchrun_env(job_id: str, attempt: int, run_dir: Path, settings: Settings,
                  spec: JobSpec | ScriptJobSpec | None = None, resume_from: str | None = None,
                  node: NodeLaunch | None = None, secrets: dict[str, str] | None = None,
                  gpus: tuple[int, ...] | None = None, pause_at: str | None = None) -> dict[str, str]:
-    """The environment of torchrun and every rank: the worker's without torchyard's service settings,
-    the job's allow-listed ``env`` and its decrypted ``secrets`` (both checked again here: the policy may
-    have tightened since the job was accepted), ``PYTHONSAFEPATH=1`` (a script's working directory goes on
-    sys.path as its code root, through the bootstrap; the run directory never does), and for script jobs
+    """The environment of torchrun and every rank: the worker's without torchyard's service settings (nor the
+    AWS_* variables under an object store), the job's allow-listed ``env`` and its decrypted ``secrets`` (both
+    checked again here: the policy may have tightened since the job was accepted), ``PYTHONSAFEPATH=1`` (a
+    script's working directory goes on sys.path as its code root, through the bootstrap; the run directory never
+    does), and for script jobs
     the code root and ``resume_from`` (a retried job's inherited checkpoint) for the SDK's resume_path().
     The worker's own variables always win."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHYARD_") or k in RANK_PASSTHROUGH}
+    hidden = SERVICE_PREFIXES + (STORE_CREDENTIAL_PREFIXES if settings.storage_url else ())
+    env = {k: v for k, v in os.environ.items() if not k.startswith(hidden) or k in RANK_PASSTHROUGH}
     if spec is not None:
         for section, values, rule in (("env", spec.env, env_name_problem), ("secrets", secrets or {}, name_problem)):
             for name, value in values.items():

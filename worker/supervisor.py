@@ -39,7 +39,7 @@ from jobspec.pdeathsig import set_not_dumpable
 from jobspec.rank_logs import process_group_warning
 from jobspec.spec import AnySpec, SpecError, spec_from_dict
 from jobspec.view import StoredSpec
-from worker import attempt_dir, devices, engine_attempts, job_code, outcome, verdict_record
+from worker import attempt_dir, devices, engine_attempts, job_code, outcome, uploads, verdict_record
 from worker import node as nodes
 from worker.executors import make_executor
 from worker.executors.base import Launch, LaunchError, LaunchRequest, Phase, RankState
@@ -111,6 +111,7 @@ class Supervisor:
         self.launch: Launch | None = None
         self.isolation = Isolation(settings, self.worker_id)
         self.identity: JobIdentity | None = None  # the attempt's uid and cgroup, once leased
+        self.uploads = uploads.Uploads(None, job_id, Path())  # to the object store, once the run directory is ready
 
     def run(self) -> str:
         # The worker process forwards SIGTERM (docker stop, node drain) to this task.
@@ -125,6 +126,8 @@ class Supervisor:
                 # Each step returns why the attempt stopped, or None where the next one takes over.
                 stop = self._prepare(job) or self._launch(job) or self._watch(job)
                 verdict = judge(stop, self._facts(job, stop))
+                if verdict.status is not None:  # the job's files in the store before it is marked succeeded
+                    self.uploads.finish(verdict.status is Status.SUCCEEDED, keep_going=self.lease.try_heartbeat)
                 return verdict_record.record(self.lease, job, verdict, events=self.intake.tail.path,
                                              resumed_step=self.resumed_step, unreadable=self.intake.found.tensorboard.unreadable)
             except (Fenced, SQLAlchemyError) as exc:
@@ -136,6 +139,7 @@ class Supervisor:
                 stop = self._give_up(Why.OWNERSHIP_LOST if isinstance(exc, Fenced) else Why.DATABASE_UNREACHABLE)
                 return judge(stop, self._facts(job, stop)).reason
         finally:
+            self.uploads.stop()
             self.lease.stop_watchdog()
             self._end_identity()
             signal.signal(signal.SIGTERM, previous)
@@ -166,6 +170,10 @@ class Supervisor:
         self.intake.found = found_in_run(self.settings, run_dir, spec, job.created_at)
         try:
             attempt_dir.prepare(run_dir, job.attempt, spec, job.resume_from)
+            # What a resume needs that this host lacks, from the object store; then its uploads in the background.
+            uploads.restore(self.settings, job.id, run_dir, keep_going=lambda: self._setup_keep_going(job))
+            self.uploads = uploads.Uploads.of(self.settings, job.id, run_dir)
+            self.uploads.start()
             # the uploaded bundle and the requirements environment (worker/job_code.py)
             job_code.prepare(self.settings, job, spec, run_dir, keep_going=lambda: self._setup_keep_going(job))
             self.identity = self.lease.db(lambda: self.isolation.take(self.session, job.id, job.attempt, run_dir), "leasing a uid")

@@ -12,7 +12,6 @@ One byte range per request is served (api.ranges).
 from __future__ import annotations
 
 import mimetypes
-import os
 import re
 from datetime import datetime, timezone
 from typing import Annotated
@@ -26,6 +25,9 @@ from api.auth import PrincipalDep
 from api.deps import SessionDep, SettingsDep
 from api.errors import responses
 from jobs.reads import artifacts, job_lookup, workdir_files
+from jobs.storage.checkpoints import job_key
+from jobs.storage.store import store_for
+from jobs.storage.stored_file import size_of
 
 router = APIRouter(prefix="/v1/jobs", tags=["artifacts"])
 
@@ -53,6 +55,11 @@ class ArtifactList(BaseModel):
 def list_artifacts(job_id: JobId, principal: PrincipalDep, session: SessionDep, settings: SettingsDep) -> ArtifactList:
     job = job_lookup.get_job(session, principal.owner, job_id)
     run_dir = artifacts.job_dir(settings, job.id)
+    if settings.storage_url is not None:  # the store's copy, never a worker's path
+        stored = store_for(settings).entries(job_key(job.id, artifacts.ARTIFACTS_DIR), artifacts.MAX_LISTED + 1)  # type: ignore[union-attr]
+        items = [ArtifactOut(path=p, size_bytes=size, modified=datetime.fromtimestamp(mtime, timezone.utc))
+                 for p, (size, mtime) in stored.items()][:artifacts.MAX_LISTED]
+        return ArtifactList(items=items, truncated=len(stored) > artifacts.MAX_LISTED)
     found = artifacts.list_artifacts(run_dir, artifacts.MAX_LISTED + 1)
     written = workdir_files.list_written(run_dir, artifacts.MAX_LISTED + 1)
     truncated = len(found) > artifacts.MAX_LISTED or len(written) > artifacts.MAX_LISTED
@@ -70,13 +77,18 @@ def get_artifact(job_id: JobId, path: ArtifactPath, principal: PrincipalDep, ses
     job = job_lookup.get_job(session, principal.owner, job_id)
     run_dir = artifacts.job_dir(settings, job.id)
     try:
-        f = artifacts.open_artifact(run_dir, path)
+        if settings.storage_url is not None:  # uploaded when the job ended (worker/uploads.py)
+            f = artifacts.open_kept(settings, job.id, f"{artifacts.ARTIFACTS_DIR}/{path}")
+        else:
+            f = artifacts.open_artifact(run_dir, path)
     except FileNotFoundError:
+        if settings.storage_url is not None:
+            raise artifacts.FileUnavailable(f"job {job_id} has no artifact {path!r} in the object store") from None
         try:
             f = workdir_files.open_written(run_dir, path)
         except FileNotFoundError:
             raise artifacts.FileUnavailable(f"job {job_id} has no artifact {path!r}") from None
-    size = os.fstat(f.fileno()).st_size
+    size = size_of(f)
     name = _SAFE_NAME.sub("_", path.rsplit("/", 1)[-1])
     media = mimetypes.guess_type(name)[0] if not name.endswith(".gz") else "application/gzip"
     return ranges.file_response(f, size, name, media or "application/octet-stream", range_header)

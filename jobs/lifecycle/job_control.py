@@ -12,6 +12,7 @@ from sqlmodel import Session
 
 from jobs.reads.job_lookup import get_job
 from jobs.settings import Settings
+from jobs.storage import job_objects
 from jobs.store.models import Attempt, Checkpoint, IdempotencyKey, Job, JobSecret, MetricPoint, Status, Transition
 from jobs.store.states import TransitionRefused, transition
 
@@ -45,7 +46,7 @@ def request_cancel(session: Session, redis: Redis, owner: str, job_id: str) -> J
 
 def delete_job(session: Session, settings: Settings, owner: str, job_id: str) -> None:
     """Delete a finished job: its rows (metrics, checkpoints, attempts, transitions, secrets, idempotency
-    keys, the job) in one transaction, then its run directory. A queued or running job: JobConflict."""
+    keys, the job) in one transaction, then its run directory and its objects in the store. A queued or running job: JobConflict."""
     job = get_job(session, owner, job_id)
     if not Status(job.status).terminal:
         raise JobConflict(f"job {job_id} is {job.status}; cancel it first, only a finished job can be deleted")
@@ -60,6 +61,7 @@ def delete_job(session: Session, settings: Settings, owner: str, job_id: str) ->
     session.commit()
     if run_dir is not None:
         remove_run_dir(settings, run_dir)
+    job_objects.remove(settings, job_id)
 
 
 def remove_run_dir(settings: Settings, run_dir: Path) -> None:

@@ -1,6 +1,7 @@
 """Expiry of old run directories: disk use must not only grow.
 
-Run directories of jobs that finished more than ``TORCHYARD_RUN_RETENTION_DAYS`` ago are removed; with
+Run directories of jobs that finished more than ``TORCHYARD_RUN_RETENTION_DAYS`` ago are removed, and their objects
+in the store (TORCHYARD_STORAGE_URL: jobs/storage/job_objects.py); with
 ``TORCHYARD_RUN_RETENTION_KEEP_WEIGHTS`` the final consolidated weights file stays (the job's
 ``/weights`` keeps answering). The job's rows (metrics, checkpoints' history) stay: ``DELETE /v1/jobs/{id}``
 removes those. Every worker and the API run it from the reconciler loop; removal is idempotent.
@@ -17,6 +18,7 @@ import sqlalchemy as sa
 from sqlmodel import Session
 
 from jobs.settings import Settings
+from jobs.storage import job_objects
 from jobs.store.models import Checkpoint, Job, Status, utcnow
 
 log = logging.getLogger(__name__)
@@ -37,6 +39,7 @@ def expire_run_dirs(session: Session, settings: Settings) -> list[str]:
     root = settings.runs_dir.resolve()
     expired = []
     for job_id, run_dir in rows:
+        job_objects.expire(settings, job_id, _weights_relative(session, job_id) if settings.run_retention_keep_weights else None)
         path = Path(run_dir).resolve()
         if path.parent != root or not path.is_dir():
             continue  # gone already, or not a run directory this service owns
@@ -48,7 +51,8 @@ def expire_run_dirs(session: Session, settings: Settings) -> list[str]:
     return expired
 
 
-def _final_weights(session: Session, job_id: str, run_dir: Path) -> Path | None:
+def _weights_relative(session: Session, job_id: str, run_dir: Path | None = None) -> str | None:
+    """Where the job's final consolidated weights are in its run directory (and, given ``run_dir``, are there)."""
     saved = session.exec(  # type: ignore[call-overload]
         sa.select(Checkpoint).where(Checkpoint.job_id == job_id).order_by(Checkpoint.step.desc())  # type: ignore[attr-defined]
     ).scalars().all()
@@ -56,10 +60,17 @@ def _final_weights(session: Session, job_id: str, run_dir: Path) -> Path | None:
     for ckpt in saved:
         relative = ckpt.details.get("weights")
         if isinstance(relative, str):
+            if run_dir is None:
+                return relative
             path = (run_dir / relative).resolve()
             if path.is_relative_to(run_dir) and path.is_file():
-                return path
+                return relative
     return None
+
+
+def _final_weights(session: Session, job_id: str, run_dir: Path) -> Path | None:
+    relative = _weights_relative(session, job_id, run_dir)
+    return (run_dir / relative).resolve() if relative else None
 
 
 def _prune(directory: Path, keep: Path | None) -> bool:

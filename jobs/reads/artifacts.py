@@ -45,6 +45,15 @@ def safe_path(settings: Settings, job_id: str, relative: str) -> Path | None:
     return target
 
 
+def plain_parts(relative: str) -> tuple[str, ...]:
+    """The components of a relative path that names a file below its root; FileNotFoundError for an absolute path, a
+    NUL, an empty, ``.`` or ``..`` component."""
+    parts = PurePosixPath(relative).parts
+    if not parts or "\x00" in relative or os.path.isabs(relative) or any(p in ("", ".", "..") for p in parts):
+        raise FileNotFoundError(relative)
+    return parts
+
+
 def open_under(root: Path, relative: str, *, single_link: bool = False) -> BinaryIO:
     """Open the regular file ``root/relative`` for reading without following a symlink anywhere on the way.
 
@@ -54,9 +63,7 @@ def open_under(root: Path, relative: str, *, single_link: bool = False) -> Binar
     non-blocking, so a FIFO cannot hang the caller). With ``single_link`` a file with more than one hard link is
     refused as a symlink is: a job can link, into its own directory, a file it can read that is not its to serve.
     Raises FileNotFoundError for anything refused."""
-    parts = PurePosixPath(relative).parts
-    if not parts or "\x00" in relative or os.path.isabs(relative) or any(p in ("", ".", "..") for p in parts):
-        raise FileNotFoundError(relative)
+    parts = plain_parts(relative)
     no_follow = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
     fd = os.open(root, no_follow | os.O_DIRECTORY)
     try:
@@ -80,6 +87,21 @@ def open_under(root: Path, relative: str, *, single_link: bool = False) -> Binar
 def open_file(settings: Settings, job_id: str, relative: str, *, single_link: bool = False) -> BinaryIO:
     """A file of the job's run directory, opened by ``open_under``; FileNotFoundError when it is missing or refused."""
     return open_under(job_dir(settings, job_id), relative, single_link=single_link)
+
+
+def open_kept(settings: Settings, job_id: str, relative: str) -> BinaryIO:
+    """A file a finished job keeps (weights, artifacts): with an object store (TORCHYARD_STORAGE_URL) read from the
+    store only, never from a worker's path; else ``open_file``. FileNotFoundError when it is not there."""
+    if settings.storage_url is None:
+        return open_file(settings, job_id, relative)
+    # Imported here: jobs.storage uses this module's open_under for what it uploads.
+    from jobs.storage.checkpoints import job_key
+    from jobs.storage.store import store_for
+    from jobs.storage.stored_file import open_stored
+
+    store = store_for(settings)
+    assert store is not None
+    return open_stored(store, job_key(job_id, "/".join(plain_parts(relative))))
 
 
 def log_file(settings: Settings, job_id: str, attempt: int, rank: int | None, stream: str = "stderr") -> str | None:

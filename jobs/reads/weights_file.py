@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -14,6 +13,7 @@ from jobs.reads import artifacts
 from jobs.reads.artifacts import FileUnavailable
 from jobs.reads.job_lookup import checkpoints, get_job
 from jobs.settings import Settings
+from jobs.storage.stored_file import size_of
 from jobs.store.models import Checkpoint
 
 log = logging.getLogger(__name__)
@@ -52,9 +52,9 @@ def weights_file(session: Session, settings: Settings, owner: str, job_id: str, 
     ckpt = with_weights[-1]
     relative = ckpt.details["weights"]
     try:
-        f = artifacts.open_file(settings, job_id, relative)
+        f = artifacts.open_kept(settings, job_id, relative)
     except FileNotFoundError:
         log.warning("job %s: weights file %r is missing or not a plain file under the run directory", job_id, relative,
                     extra={"job_id": job_id})
         raise FileUnavailable(f"job {job_id}: the weights file of step {ckpt.step} is not available") from None
-    return ckpt, OpenedFile(f, os.fstat(f.fileno()).st_size, Path(relative).name)
+    return ckpt, OpenedFile(f, size_of(f), Path(relative).name)

@@ -1,0 +1,97 @@
+"""A run directory mirrored to a real S3 server by the worker's background uploads: the store down for a while loses
+nothing, and a host without the run directory gets back what a resume needs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from jobs.settings import Settings
+from jobs.storage import checkpoints as stored
+from jobs.storage.store import ObjectStore
+from tests.helpers import wait_until
+from tests.object_store import SeaweedS3
+from worker.uploads import Uploads, restore
+
+pytestmark = pytest.mark.slow
+
+
+def _commit(run_dir: Path, step: int, data: bytes) -> None:
+    """A checkpoint as the trainer commits it: written aside, renamed into place."""
+    tmp = run_dir / "checkpoints" / f".tmp-step_{step:08d}"
+    tmp.mkdir(parents=True)
+    (tmp / "__0_0.distcp").write_bytes(data)
+    (tmp / "meta.json").write_text(f'{{"step": {step}}}')
+    tmp.rename(run_dir / "checkpoints" / f"step_{step:08d}")
+    (run_dir / "checkpoints" / "latest").write_text(f"step_{step:08d}")
+
+
+def _append(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as f:
+        f.write(text)
+
+
+def _in_store(store: ObjectStore, job_id: str, run_dir: Path, relative: str) -> bool:
+    return store.size(stored.job_key(job_id, relative)) == (run_dir / relative).stat().st_size
+
+
+def test_the_store_down_for_a_while_loses_nothing(s3: SeaweedS3, store: ObjectStore, tmp_path: Path) -> None:
+    run_dir, job = tmp_path / "run", "job-down"
+    _commit(run_dir, 4, b"a" * 1000)
+    _append(run_dir / "events.jsonl", '{"seq": 1}\n')
+    _append(run_dir / "logs" / "attempt-1" / "launcher.log", "started\n")
+    uploads = Uploads(store, job, run_dir, interval_s=0.2)
+    uploads.start()
+    try:
+        wait_until(lambda: _in_store(store, job, run_dir, "events.jsonl"), 60, what="the first upload")
+        s3.stop()
+        # The job goes on while the store is away: a checkpoint, events, log lines.
+        _commit(run_dir, 8, b"b" * 2000)
+        _append(run_dir / "events.jsonl", '{"seq": 2}\n')
+        _append(run_dir / "logs" / "attempt-1" / "launcher.log", "step 8\n")
+        wait_until(lambda: uploads.failing, 60, what="the uploads to notice the store is away")
+        s3.start()
+        wait_until(lambda: stored.newest_stored(store, job) is not None and stored.newest_stored(store, job).step == 8, 120,
+                   interval_s=0.5, what="the checkpoint committed while the store was away")
+        wait_until(lambda: _in_store(store, job, run_dir, "events.jsonl"), 60, what="the events written meanwhile")
+        _append(run_dir / "artifacts" / "report.txt", "done\n")
+        assert uploads.finish(succeeded=True, wait_s=60)
+    finally:
+        uploads.stop()
+    listing = store.list(stored.job_key(job))
+    assert listing["logs/attempt-1/launcher.log"] == len("started\nstep 8\n")
+    assert listing["artifacts/report.txt"] == 5
+    assert listing["checkpoints/step_00000004/__0_0.distcp"] == 1000
+    assert store.get_bytes(stored.job_key(job, "events.jsonl")) == b'{"seq": 1}\n{"seq": 2}\n'
+
+
+def test_a_host_without_the_run_directory_gets_the_newest_complete_checkpoint(s3: SeaweedS3, store: ObjectStore,
+                                                                              tmp_path: Path) -> None:
+    host_a, job = tmp_path / "a" / "run", "job-moves"
+    _commit(host_a, 10, b"ten")
+    _commit(host_a, 20, b"twenty")
+    _append(host_a / "events.jsonl", '{"seq": 1}\n{"seq": 2}\n')
+    assert Uploads(store, job, host_a).finish(succeeded=False, wait_s=60)
+    # A newer checkpoint whose upload stopped before its manifest: never resumed from.
+    store.put_bytes(stored.job_key(job, "checkpoints/step_00000030/__0_0.distcp"), b"thirty")
+
+    settings = Settings(storage_url=f"s3://{store.url.bucket}/{store.url.prefix}", s3_endpoint_url=s3.endpoint)
+    host_b = tmp_path / "b" / "run"
+    host_b.mkdir(parents=True)
+    assert restore(settings, job, host_b, keep_going=lambda: True) is None
+    assert (host_b / "checkpoints" / "latest").read_text() == "step_00000020"
+    assert (host_b / "checkpoints" / "step_00000020" / "__0_0.distcp").read_bytes() == b"twenty"
+    assert not (host_b / "checkpoints" / "step_00000030").exists()
+    assert (host_b / "events.jsonl").read_bytes() == (host_a / "events.jsonl").read_bytes()  # the trainer's seq goes on
+
+
+def test_a_start_waits_for_the_store_then_goes_on_with_what_it_has(s3: SeaweedS3, tmp_path: Path) -> None:
+    settings = Settings(storage_url=f"s3://{s3.bucket}/t/waits", s3_endpoint_url=s3.endpoint)
+    s3.stop()
+    try:
+        note = restore(settings, "job-away", tmp_path, keep_going=lambda: True, wait_s=1)
+    finally:
+        s3.start()
+    assert note is not None and "could not be read" in note and "secret" not in note.lower()
