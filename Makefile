@@ -50,15 +50,14 @@ install-test: install-torch
 	$(PYTHON) -m pip install -e '.[test]'
 	$(MAKE) install-client PYTHON=$(PYTHON)
 
-# Three test files at a time (pytest-xdist; each file whole in one process, so its module fixtures start once), the
-# longest first as the last runs measured them (tests/file_order.py; xdist's own reorder would put them last):
+# Three test files at a time (pytest-xdist; each file whole in one process, so its module fixtures start once):
 # 16 min of pytest on 2 cores (1,045 tests, a clean clone, caches of earlier runs kept) against 33+ one after another, since most of a slow test's time is waiting for torchrun,
 # the API or a worker to start. TEST_PROCESSES=0: pytest's own single process.
 TEST_PROCESSES ?= 3
 
 test: install-test
 	$(PYTHON) -m ruff check .
-	$(PYTHON) -m pytest -n $(TEST_PROCESSES) --dist loadfile --no-loadscope-reorder
+	$(PYTHON) -m pytest -n $(TEST_PROCESSES) --dist loadfile
 
 lint:
 	$(PYTHON) -m ruff check .

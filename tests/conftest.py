@@ -24,9 +24,6 @@ from jobs.settings import Settings
 from jobs.store.db import get_engine, init_db
 from stack.redis_server import RedisServer
 from tests import postgres_server
-
-# Longest files first (tests/file_order.py), so that no slow file starts last.
-from tests.file_order import pytest_collection_modifyitems  # noqa: F401
 from tests.helpers import ADMIN_TOKEN, Services
 
 # Every run prints its 20 slowest test files before pytest's final line (tests/slowest_files.py).

@@ -14,10 +14,12 @@ from collections import defaultdict
 import pytest
 from _pytest.subtests import SubtestReport
 
-from tests.file_order import CACHE_KEY, file_of
-
 SHOWN = 20
 
+
+def file_of(nodeid: str) -> str:
+    """``tests/x/test_y.py::Case::test[p]`` -> ``tests/x/test_y.py``."""
+    return nodeid.split("::", 1)[0]
 
 
 def slowest(times: dict[str, float], count: int = SHOWN) -> list[tuple[str, float]]:
@@ -26,8 +28,7 @@ def slowest(times: dict[str, float], count: int = SHOWN) -> list[tuple[str, floa
 
 
 class SlowestFiles:
-    def __init__(self, config: pytest.Config | None = None) -> None:
-        self.config = config
+    def __init__(self) -> None:
         self.times: dict[str, float] = defaultdict(float)
 
     @pytest.hookimpl
@@ -40,9 +41,6 @@ class SlowestFiles:
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         if not self.times:
             return
-        cache = getattr(self.config, "cache", None)  # none under -p no:cacheprovider
-        if cache is not None:  # the next run's order (tests/file_order.py)
-            cache.set(CACHE_KEY, {**cache.get(CACHE_KEY, {}), **{k: round(v, 2) for k, v in self.times.items()}})
         rows = slowest(self.times)
         terminalreporter.write_sep("=", f"{len(rows)} slowest test files (setup + call + teardown)")
         for name, seconds in rows:
@@ -51,4 +49,4 @@ class SlowestFiles:
 
 def pytest_configure(config: pytest.Config) -> None:
     if not hasattr(config, "workerinput"):  # an xdist worker: the controller sums and prints
-        config.pluginmanager.register(SlowestFiles(config), "torchyard-slowest-files")
+        config.pluginmanager.register(SlowestFiles(), "torchyard-slowest-files")

@@ -15,9 +15,8 @@ from _pytest.subtests import SubtestContext, SubtestReport
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.file_order import file_of
 from tests.helpers import ROOT
-from tests.slowest_files import SHOWN, SlowestFiles, slowest
+from tests.slowest_files import SHOWN, SlowestFiles, file_of, slowest
 
 # The slow file's time is in its fixture's setup and teardown as well as its tests' calls: all of it counts.
 SLOW = textwrap.dedent('''
