@@ -12,7 +12,7 @@ import shutil
 import stat
 from pathlib import Path
 
-from jobs.reads.artifacts import open_under
+from jobs.reads.artifacts import open_under, plain_parts
 from jobs.storage.manifest import MANIFEST_NAME, Manifest, ManifestError, manifest_key, newest_complete, step_of
 from jobs.storage.store import NotInStore, ObjectStore, StoreError
 
@@ -87,9 +87,10 @@ def download_checkpoint(store: ObjectStore, job_id: str, manifest: Manifest, che
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         for relative, size in manifest.files.items():
-            dest = tmp / relative
-            if not dest.resolve().is_relative_to(tmp.resolve()) or relative.startswith("/"):
-                raise StoreError(f"checkpoint {manifest.name}: the manifest names a path outside it")
+            try:  # the run directory's own rule for a path below a root: no absolute path, no '..', no NUL
+                dest = tmp.joinpath(*plain_parts(relative))
+            except FileNotFoundError:
+                raise StoreError(f"checkpoint {manifest.name}: the manifest names a path outside it") from None
             dest.parent.mkdir(parents=True, exist_ok=True)
             got = store.get_file(job_key(job_id, f"{CHECKPOINTS}/{manifest.name}/{relative}"), dest)
             if got != size:
