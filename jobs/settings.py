@@ -101,6 +101,10 @@ class Settings(BaseSettings):
     # PostgreSQL connections (jobs/store/db.py): a silent partition must end in an error, not a hang.
     db_connect_timeout_s: int = Field(5, ge=1, description="Seconds to establish a PostgreSQL connection.")
     db_statement_timeout_s: float = Field(60.0, ge=0, description="Longest statement; 0: no limit.")
+    db_idle_in_transaction_timeout_s: float = Field(
+        300.0, ge=0, description="A session idle this long inside a transaction is ended by the server: a worker frozen "
+                                 "mid-write (a paused VM) would otherwise hold its job's row lock, and the requeue of "
+                                 "its lapsed lease would wait for it forever; 0: no limit.")
     db_keepalive_idle_s: int = Field(10, ge=1, description="TCP keepalive: idle seconds before the first probe.")
     db_keepalive_interval_s: int = Field(5, ge=1, description="TCP keepalive: seconds between probes.")
     db_keepalive_count: int = Field(3, ge=1, description="TCP keepalive: unanswered probes before the connection is dead.")

@@ -101,6 +101,14 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
 
 
 @pytest.fixture
+def postgres_url() -> Iterator[str]:
+    """A fresh PostgreSQL database, for tests of what only a database server does (several hosts' workers)."""
+    if not POSTGRES:
+        pytest.skip("PostgreSQL does not answer at 127.0.0.1:5432")
+    yield from _postgres_database()
+
+
+@pytest.fixture
 def sqlite_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'torchyard.db'}"
 

@@ -82,8 +82,10 @@ def _postgres_timeouts() -> dict[str, Any]:
         # Unacknowledged writes: what keepalives do not cover (Linux TCP_USER_TIMEOUT, milliseconds).
         "tcp_user_timeout": 1000 * (s.db_keepalive_idle_s + s.db_keepalive_interval_s * s.db_keepalive_count),
     }
-    if s.db_statement_timeout_s:
-        args["options"] = f"-c statement_timeout={int(s.db_statement_timeout_s * 1000)}"
+    options = {"statement_timeout": s.db_statement_timeout_s,
+               "idle_in_transaction_session_timeout": s.db_idle_in_transaction_timeout_s}
+    if any(options.values()):
+        args["options"] = " ".join(f"-c {name}={int(value * 1000)}" for name, value in options.items() if value)
     return args
 
 

@@ -25,6 +25,14 @@ pytestmark = pytest.mark.slow
 TERMINAL = {"succeeded", "failed", "cancelled"}
 
 
+@pytest.fixture
+def database_url(postgres_url: str) -> str:
+    # Workers that freeze and wake while others go on are several hosts' workers, which share a PostgreSQL
+    # (docs/deploy.md). On SQLite a worker frozen inside a write holds the file's one write lock, so no other
+    # worker could requeue anything until it wakes; PostgreSQL ends such a session (tests/jobs/test_frozen_writer.py).
+    return postgres_url
+
+
 def transitions(settings: Settings, job_id: str) -> list[tuple[str, str, int]]:
     with Session(get_engine(settings.database_url)) as session:
         rows = session.exec(sa.select(Transition).where(Transition.job_id == job_id).order_by(Transition.id)).scalars()  # type: ignore[call-overload]
@@ -33,7 +41,10 @@ def transitions(settings: Settings, job_id: str) -> list[tuple[str, str, int]]:
 
 def test_supervisor_frozen_past_its_lease_writes_and_kills_nothing_when_it_wakes(services: Services, settings: Settings) -> None:
     services.start_api()
-    stale = services.start_worker("stale", **faults(slow(0.15)))
+    # Frozen inside a write, the stale worker's session is ended by the server after this limit (the default, 300 s,
+    # is longer than this test waits).
+    idle = {"TORCHYARD_DB_IDLE_IN_TRANSACTION_TIMEOUT_S": "20"}
+    stale = services.start_worker("stale", **idle, **faults(slow(0.15)))
     with services.client() as client:
         job_id = client.post("/v1/jobs", json=spec(80, retries=0)).json()["id"]
         reached = wait_step(services, client, job_id, 8)["last_step"]
@@ -41,7 +52,7 @@ def test_supervisor_frozen_past_its_lease_writes_and_kills_nothing_when_it_wakes
         horse = [p for p in psutil.Process(stale.pid).children() if p.pid != stale.pid]
         for proc in frozen:
             proc.send_signal(signal.SIGSTOP)
-        services.start_worker("fresh", **faults(slow(0.15)))
+        services.start_worker("fresh", **idle, **faults(slow(0.15)))
         # The lease lapses (3 s), a reconciler requeues the job as attempt 2 and the fresh worker runs it.
         wait_until(lambda: client.get(f"/v1/jobs/{job_id}").json()["attempt"] == 2, 120, what="attempt 2")
         wait_step(services, client, job_id, reached + 6)

@@ -8,8 +8,11 @@ detached, can outlive its attempt; so at its start, and every lease period after
 of its own user whose marks name an attempt that no live lease holds, under this deployment's runs directory.
 
 Nothing else: a process without both marks is not a job's; a process whose run directory is elsewhere belongs to
-another deployment sharing the user (another stack, another test); and an attempt still held under a live lease is
-kept, whoever holds it: when only a worker's own process died, its forked supervisors still run their jobs.
+another deployment sharing the user (another stack, another test); an attempt still held under a live lease is
+kept, whoever holds it: when only a worker's own process died, its forked supervisors still run their jobs; and an
+attempt an engine runs (a Slurm job: its attempt row names it) is the engine's to stop. Its ranks run under slurmd,
+not under a worker, and the next attempt stops them through the engine with SIGTERM and the grace to checkpoint
+(worker/engine_attempts.py); a SIGKILL from here would race that stop and lose every step since the last checkpoint.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from sqlmodel import Session
 from jobs.infra.clock import db_now
 from jobs.settings import Settings
 from jobs.store.db import get_engine
-from jobs.store.models import Job, Status
+from jobs.store.models import Attempt, Job, Status
 from worker.launch import RUN_DIR_ENV
 from worker.sandbox.processes import ATTEMPT_MARK, JOB_MARK
 
@@ -101,14 +104,22 @@ def held_attempts(session: Session) -> set[tuple[str, int]]:
     return {(job_id, attempt) for job_id, attempt in rows}
 
 
+def engine_run(session: Session, job_ids: Iterable[str]) -> set[tuple[str, int]]:
+    """The attempts of ``job_ids`` an executor's engine runs (their attempt row holds its id, a Slurm job's)."""
+    rows = session.exec(sa.select(Attempt.job_id, Attempt.attempt).where(  # type: ignore[call-overload]
+        Attempt.job_id.in_(sorted(set(job_ids))), Attempt.executor_id.is_not(None))).all()  # type: ignore[attr-defined,union-attr]
+    session.commit()
+    return {(job_id, attempt) for job_id, attempt in rows}
+
+
 def end_leftovers(session: Session, settings: Settings) -> list[int]:
-    """End this user's processes of attempts no live lease holds; the pids ended."""
+    """End this user's processes of attempts no live lease holds and no engine runs; the pids ended."""
     uid = os.getuid()
     procs = scan(uid)
     if not procs:
         return []
     # Read after the scan: an attempt claimed before its processes started is seen held.
-    held = held_attempts(session)
+    held = held_attempts(session) | engine_run(session, (p.job_id for p in procs if p.job_id))
     pids = to_end(procs, held, uid, os.path.realpath(settings.runs_dir), {os.getpid()})
     by_pid = {p.pid: (p, proc) for p, proc in procs.items()}
     for pid in pids:

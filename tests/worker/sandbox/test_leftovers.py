@@ -17,7 +17,7 @@ from sqlmodel import Session
 
 from jobs.settings import Settings
 from jobs.store.db import get_engine, init_db
-from jobs.store.models import Job, Status, utcnow
+from jobs.store.models import Attempt, Job, Status, utcnow
 from jobspec.pdeathsig import parent_gone
 from tests.conftest import make_settings
 from tests.helpers import wait_until
@@ -121,9 +121,15 @@ def test_a_starting_worker_ends_the_processes_of_ended_attempts_only(settings: S
     with Session(get_engine(settings.database_url)) as session:
         _job(session, "live", 2, lease_s=600)  # its supervisor runs on: the worker's own process alone died
         _job(session, "lapsed", 1, lease_s=-60)  # its supervisor died with its worker
+        # A Slurm job's ranks outlive their worker too, but the next attempt stops them through Slurm, with the grace
+        # to checkpoint: a SIGKILL from the sweep would lose their steps since the last checkpoint.
+        _job(session, "slurm", 2, lease_s=-60)
+        session.add(Attempt(job_id="slurm", attempt=1, executor_id="4242"))
+        session.commit()
         old = _plant(planted, TORCHYARD_JOB_ID="live", TORCHYARD_ATTEMPT="1", TORCHYARD_RUN_DIR=f"{runs}/live")
         lapsed = _plant(planted, TORCHYARD_JOB_ID="lapsed", TORCHYARD_ATTEMPT="1", TORCHYARD_RUN_DIR=f"{runs}/lapsed")
         held = _plant(planted, TORCHYARD_JOB_ID="live", TORCHYARD_ATTEMPT="2", TORCHYARD_RUN_DIR=f"{runs}/live/workdir")
+        engine = _plant(planted, TORCHYARD_JOB_ID="slurm", TORCHYARD_ATTEMPT="1", TORCHYARD_RUN_DIR=f"{runs}/slurm")
         other_stack = _plant(planted, TORCHYARD_JOB_ID="gone", TORCHYARD_ATTEMPT="1", TORCHYARD_RUN_DIR="/elsewhere/runs/gone")
         unmarked = _plant(planted)
         # Wait for each planted interpreter to be running with its environment readable.
@@ -131,5 +137,5 @@ def test_a_starting_worker_ends_the_processes_of_ended_attempts_only(settings: S
         ended = end_leftovers(session, settings)
     assert sorted(ended) == sorted([old.pid, lapsed.pid])
     assert old.wait(30) == -9 and lapsed.wait(30) == -9
-    for kept in (held, other_stack, unmarked):
+    for kept in (held, engine, other_stack, unmarked):
         assert kept.poll() is None
