@@ -34,13 +34,14 @@ def settings(tmp_path: Path, database_url: str, redis_url: str) -> Settings:
     return s
 
 
-def spec(steps: int = 40, **overrides: Any) -> dict[str, Any]:
-    """A 2-rank job of ``steps`` optimizer steps, every step logged, a checkpoint every 5."""
+def spec(steps: int = 40, ranks: int = 2, **overrides: Any) -> dict[str, Any]:
+    """A job of ``ranks`` ranks and ``steps`` optimizer steps, every step logged, a checkpoint every 5. A test of
+    the service (leases, requeues, fencing) needs one rank; two where a rank's own fault or a slot count matters."""
     body: dict[str, Any] = {
         "name": "chaos",
         "model": {"name": "mlp", "args": {"hidden": 16}},
         "data": {"name": "synthetic-classification", "args": {"samples": steps * 32, "eval_samples": 64, "features": 8, "classes": 3}},
-        "parallel": {"strategy": "ddp", "nproc_per_node": 2},
+        "parallel": {"strategy": "ddp", "nproc_per_node": ranks},
         "train": {"epochs": 1, "global_batch_size": 32, "lr": 0.01, "log_every_steps": 1},
         "checkpoint": {"every_steps": 5},
     }

@@ -42,7 +42,10 @@ def test_post_train_poll_read_metrics_and_load_checkpoint(services: Services) ->
         job = services.wait_status(client, job_id, {"succeeded", "failed", "cancelled"}, timeout_s=240)
         assert job["status"] == "succeeded", job["error"]
         assert job["error"] is None
-        assert job["attempt"] == 1, (job.get("attempts"), job.get("transitions"))
+        # One attempt ran. On a busy machine a placement can lapse before its worker adopts it: that attempt is
+        # "not_started" (nothing ran, no retry spent) and the next placement runs the job.
+        ran = [a for a in job["attempts"] if a["outcome"] != "not_started"]
+        assert len(ran) == 1, (job.get("attempts"), job.get("transitions"))
         assert job["last_step"] == 32  # 1024 samples / 64 per step x 2 epochs
 
         losses = client.get(f"/v1/jobs/{job_id}/metrics", params={"name": "train/loss"}).json()["items"]
