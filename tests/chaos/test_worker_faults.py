@@ -31,7 +31,7 @@ def test_whole_worker_sigkilled_mid_job_resumes_on_a_new_worker(services: Servic
         job_id = client.post("/v1/jobs", json=spec(40, ranks=1)).json()["id"]
         wait_step(services, client, job_id, 12)
         services.kill_worker(doomed, whole=True)
-        wait_until(lambda: marked_processes(job_id) == [], 10, what="the job's processes to die with their worker")
+        wait_until(lambda: marked_processes(job_id) == [], 60, what="the job's processes to die with their worker")
         services.start_worker("rescuer")
         job = services.wait_status(client, job_id, TERMINAL, timeout_s=120)
         assert_nothing_lost(client, job, 40)

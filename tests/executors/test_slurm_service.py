@@ -192,4 +192,4 @@ def test_a_job_slurm_can_never_schedule_fails_with_the_reason(services: Services
     assert job["error"]["type"] == "spec_error"
     assert "can never run" in job["error"]["message"] and "PartitionConfig" in job["error"]["message"]
     assert slurm.jobs() == []
-    wait_until(lambda: not marked_processes(job_id), 10, what="no process of the job")
+    wait_until(lambda: not marked_processes(job_id), 60, what="no process of the job")

