@@ -51,6 +51,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         yield
         sender.stop()
         reconciler.stopped.set()
+        reconciler.join(10)  # the pass in progress, before the process closes what it uses
         await app.state.job_reader.close()
 
     app = FastAPI(

@@ -69,8 +69,12 @@ class LeaseLoop(threading.Thread, abc.ABC):
     def lead_changed(self) -> None:
         """Called when this process took or lost the lease, before its first pass as the new holder."""
 
-    def stop(self) -> None:
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """End the loop after the pass in progress (a pass after its process shut its database down would only
+        fail), then give the lease up."""
         self.stopped.set()
+        if self.is_alive() and threading.current_thread() is not self:
+            self.join(timeout_s)
         if self.leading:
             try:
                 with Session(get_engine(self.settings.database_url)) as session:
