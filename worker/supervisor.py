@@ -39,7 +39,7 @@ from jobspec.pdeathsig import set_not_dumpable
 from jobspec.rank_logs import process_group_warning
 from jobspec.spec import AnySpec, SpecError, spec_from_dict
 from jobspec.view import StoredSpec
-from worker import attempt_dir, devices, engine_attempts, job_code, outcome, uploads, verdict_record
+from worker import attempt_dir, devices, executor_attempts, job_code, outcome, uploads, verdict_record
 from worker import node as nodes
 from worker.executors import make_executor
 from worker.executors.base import Launch, LaunchError, LaunchRequest, Phase, RankState
@@ -234,7 +234,7 @@ class Supervisor:
                                                  "reading the trial's rung")
         request = LaunchRequest(job_id=job.id, attempt=job.attempt, run_dir=self.run_dir, spec=self.spec, resume_from=job.resume_from,
                                 node=node, identity=self.identity, gpus=self._gpus(), owner=job.owner, pause_at=pause_at)
-        engine_attempts.stop_earlier(self.session, self.executor, request, self.settings.stop_grace_s,
+        executor_attempts.stop_earlier(self.session, self.executor, request, self.settings.stop_grace_s,
                                      on_wait=lambda: self.lease.heartbeat(job.attempt))
         name = self.executor.name
         try:
@@ -247,7 +247,7 @@ class Supervisor:
                 return self._not_started(Stop(Why.ENGINE_UNREACHABLE, detail=f"the {name} executor could not start the attempt: {exc}"))
             message = f"the {name} executor refused the attempt: {exc}"  # the same request would be refused again
             return self._not_started(Stop(Why.REFUSED, failure=Failure(ErrorType.SPEC, message, None, None)))
-        engine_attempts.record_executor_id(self.session, job, launch.executor_id)
+        executor_attempts.record_executor_id(self.session, job, launch.executor_id)
         self.lease.start_watchdog(self._kill_own)
         log.info("job %s attempt %d: started by the %s executor%s", job.id, job.attempt, name,
                  f" as {launch.executor_id}" if launch.executor_id else "", extra=self.log_extra)

@@ -255,7 +255,7 @@ def test_each_catalog_model_has_one_spec_that_agrees_with_its_contract(name: str
 def test_mfu_flops_come_from_the_model_spec_with_the_catalogs_defaults() -> None:
     # Left out of the spec, n_layer and n_embd are the catalog's defaults (2 and 128), as the model was built with.
     from jobspec.spec import parse_spec
-    from trainer.engine import _flops_per_sample
+    from trainer.loop import _flops_per_sample
 
     job = parse_spec({"name": "mfu", "model": {"name": "gpt", "args": {"block_size": 16}},
                       "data": {"name": "synthetic-lm", "args": {"samples": 16, "seq_len": 16, "vocab_size": 32}}})

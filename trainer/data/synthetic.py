@@ -1,6 +1,6 @@
 """Seeded synthetic sets: the same seed gives the same data on every rank and every host.
 
-Each set has a hidden "teacher" so the task is learnable (losses fall), which makes the engine's
+Each set has a hidden "teacher" so the task is learnable (losses fall), which makes the training loop's
 tests meaningful without downloading anything.
 """
 
