@@ -9,7 +9,7 @@ Parts, in this order (each skipped once the budget is spent, so the most telling
 
 Each gives tokens/s and MFU over the steady window, the losses at the report steps, and the first step's time
 split by phase. MFU = tokens/s x FLOPs per token / peak, FLOPs per token 6N + 12 x layers x width x seq (the
-trainer's own formula, trainer/engine.py), peak PEAK_FLOPS (H100 SXM dense bf16). Only the standard library here.
+trainer's own formula, trainer/loop.py), peak PEAK_FLOPS (H100 SXM dense bf16). Only the standard library here.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from trainer.data.base import DataInfo
 from trainer.distributed import RankInfo
-from trainer.engine import _grad_norm_and_clip
+from trainer.loop import _grad_norm_and_clip
 from trainer.models import build_model
 
 GLOBAL_BATCH = 64

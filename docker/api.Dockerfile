@@ -8,7 +8,8 @@
 ARG PYTHON_VERSION=3.11
 
 # ---- build: wheels of the service (torchyard-server) and its client (client/), so the runtime stage holds no
-# source tree or build tools
+# source tree or build tools. Only what the API imports: no worker/ and no trainer/ (the API checks specs with
+# jobspec/; tests/deploy/test_dockerfiles.py imports api/ and jobs/ with both made unimportable).
 FROM python:${PYTHON_VERSION}-slim-bookworm AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
@@ -17,7 +18,6 @@ COPY api ./api
 COPY client ./client
 COPY jobs ./jobs
 COPY jobspec ./jobspec
-COPY trainer ./trainer
 COPY dashboard ./dashboard
 RUN pip wheel --no-deps --wheel-dir /wheels . ./client
 

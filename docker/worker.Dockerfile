@@ -85,7 +85,7 @@ COPY --from=build /wheels /tmp/wheels
 RUN pip install --no-cache-dir --no-deps /tmp/wheels/*.whl \
     && rm -rf /tmp/wheels \
     && pip check \
-    && python -c "import torch, torch.distributed.run, trainer.engine, worker.supervisor, torch.utils.tensorboard, mlflow, pynvml; print(torch.__version__, torch.version.cuda)"
+    && python -c "import torch, torch.distributed.run, trainer.loop, worker.supervisor, torch.utils.tensorboard, mlflow, pynvml; print(torch.__version__, torch.version.cuda)"
 
 USER 10001:10001
 WORKDIR /home/torchyard

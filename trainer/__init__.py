@@ -1,1 +1,1 @@
-"""What torchrun runs: the training engine. Knows nothing of HTTP, SQL or Redis."""
+"""What torchrun runs: the training loop and what it builds. Knows nothing of HTTP, SQL or Redis."""

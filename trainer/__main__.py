@@ -55,17 +55,17 @@ def main(argv: list[str] | None = None) -> int:
         log.error("cannot run spec %s: %s", args.spec, exc)
         return SPEC_ERROR_EXIT_CODE
     if not isinstance(spec, JobSpec):
-        # kind: script jobs run the user's entrypoint under torchrun directly, never this engine.
+        # kind: script jobs run the user's entrypoint under torchrun directly, never this training loop.
         log.error("spec %s is a %r job; python -m trainer runs catalog jobs only", args.spec, spec.kind)
         return SPEC_ERROR_EXIT_CODE
     args.run_dir.mkdir(parents=True, exist_ok=True)
 
-    from trainer import distributed, engine
+    from trainer import distributed, loop
 
     PHASES.mark("imports")  # and the spec's check and the trainer's own modules
     rank = distributed.init_distributed(spec.parallel.device)
     PHASES.mark("process_group")
-    code = engine.run(spec, args.run_dir, rank, limits.data_dir)  # an exception: see _run below
+    code = loop.run(spec, args.run_dir, rank, limits.data_dir)  # an exception: see _run below
     # Every rank reaches here before any tears its groups down: a rank that destroyed its gloo
     # pairs while a peer still used them made that peer abort ("terminate called ...") after 'done'.
     distributed.shutdown(barrier=True)

@@ -18,7 +18,7 @@ def build_optimizer(model: nn.Module, train: TrainSpec, fused: bool = False) -> 
             (decay if p.ndim >= 2 else no_decay).append(p)
     groups = [{"params": decay, "weight_decay": train.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     groups = [g for g in groups if g["params"]]
-    # The caller decides: fused kernels need every parameter on one device type (trainer/engine.py).
+    # The caller decides: fused kernels need every parameter on one device type (trainer/loop.py).
     extra = {"fused": True} if fused else {}
     if train.optimizer == "adamw":
         return torch.optim.AdamW(groups, lr=train.lr, betas=tuple(train.betas), **extra)

@@ -6,7 +6,7 @@ device synchronisation, no waiting in the hot loop, and all ranks read the same 
 step, so they agree on where to stop.
 
 Checking every step costs a gloo round trip per step, which is ~30% of a 10 ms step of a tiny
-model on a loaded CPU. So the check interval adapts: the engine sets it from rank 0's measured
+model on a loaded CPU. So the check interval adapts: the training loop (loop.py) sets it from rank 0's measured
 step time (broadcast exactly at log steps, so every rank switches at the same step) to about
 CHECK_EVERY_S seconds of training. Slow steps are checked every step; the stop latency after a
 signal stays around two intervals (well under torchrun's 30 s grace before SIGKILL).

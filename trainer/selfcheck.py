@@ -100,13 +100,13 @@ def _events(run_dir: Path) -> list[dict[str, Any]]:
 
 def _train(raw: dict[str, Any], run_dir: Path, rank: Any, data_dir: Path) -> list[dict[str, Any]]:
     from jobspec.spec import JobSpec, SpecLimits, parse_spec
-    from trainer import engine
+    from trainer import loop
 
     spec = parse_spec(raw, SpecLimits(data_dir=data_dir))
     assert isinstance(spec, JobSpec)
     run_dir.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    code = engine.run(spec, run_dir, rank, data_dir)
+    code = loop.run(spec, run_dir, rank, data_dir)
     if code != 0:
         raise RuntimeError(f"{spec.name}: the trainer exited with {code}")
     events = _events(run_dir)

@@ -51,7 +51,7 @@ class Phases:
         self.done = True
 
 
-# This process's phases; __main__ marks the first two, engine.run the rest.
+# This process's phases; __main__ marks the first two, loop.run the rest.
 PHASES = Phases()
 
 

@@ -26,7 +26,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from jobs.bundles.store import CODE_DIR_NAME
+from jobs.code_bundles.files import CODE_DIR_NAME
 from worker import step_inside
 
 log = logging.getLogger(__name__)

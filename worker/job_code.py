@@ -8,7 +8,7 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from jobs.bundles import store as bundles
+from jobs.code_bundles import files as bundles
 from jobs.settings import Settings
 from jobs.store.models import Job
 from jobspec.spec import JobSpec, ScriptJobSpec

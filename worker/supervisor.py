@@ -2,9 +2,9 @@
 
 The scheduler placed the attempt (queued -> running, jobs/scheduling/scheduler.py). ``Supervisor.run`` reads top to bottom:
 adopt it and take its lease (worker/lease.py); prepare its run directory, code and environment; launch its ranks
-through the executor; watch them (tail events.jsonl into SQL, heartbeat the lease, look for a cancel, a timeout, a
-stall, a stopping host, the scheduler's stop request) until they end or are stopped; judge why they stopped
-(worker/verdicts.py, pure); record the verdict (worker/verdict_record.py): succeeded | failed | cancelled | queued
+through the executor; watch them (tail events.jsonl into SQL, heartbeat the lease, stop them for a cancel, a timeout, a
+stall, a stopping host, the scheduler's stop request: worker/watch_rules.py, pure) until they end or are stopped; judge
+why they stopped (worker/verdicts.py, pure); record the verdict (worker/verdict_record.py): succeeded | failed | cancelled | queued
 again (a retry, a preemption, a lost node).
 """
 
@@ -18,7 +18,6 @@ import os
 import signal
 import socket
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
@@ -39,10 +38,10 @@ from jobspec.pdeathsig import set_not_dumpable
 from jobspec.rank_logs import process_group_warning
 from jobspec.spec import AnySpec, SpecError, spec_from_dict
 from jobspec.view import StoredSpec
-from worker import attempt_dir, devices, engine_attempts, job_code, outcome, uploads, verdict_record
+from worker import attempt_dir, devices, executor_attempts, job_code, outcome, uploads, verdict_record
 from worker import node as nodes
 from worker.executors import make_executor
-from worker.executors.base import Launch, LaunchError, LaunchRequest, Phase, RankState
+from worker.executors.base import Launch, LaunchError, LaunchRequest, RankState
 from worker.found import found_in_run, resume_arguments
 from worker.gang_control import Gang
 from worker.intake import Intake
@@ -53,6 +52,7 @@ from worker.sandbox.isolation import Isolation
 from worker.sandbox.job_users import JobIdentity
 from worker.sandbox.uid_leases import NoFreeUid
 from worker.verdicts import Facts, Stop, Why, judge
+from worker.watch_rules import Clocks, stop_now
 
 log = logging.getLogger(__name__)
 
@@ -71,19 +71,6 @@ def run_node(job_id: str, attempt: int, node_rank: int) -> str:
     if node_rank == 0:
         return Supervisor(job_id, attempt, settings, engine, queue.redis_client(settings.redis_url)).run()
     return nodes.Follower(job_id, attempt, node_rank, settings, Session(engine, expire_on_commit=False)).run()
-
-
-@dataclass
-class _Clocks:
-    """Clocks of one attempt's watch (monotonic seconds)."""
-
-    last_heartbeat_ok: float
-    # Armed when the executor first reports the ranks running: an attempt waiting in an engine's queue
-    # (a pending Slurm job) has not started its timeout_s.
-    started: float | None = None
-    # Armed by the first event: start-up (imports, rendezvous, data) is bounded by timeout_s instead.
-    last_progress: float | None = None
-    next_heartbeat: float = 0.0
 
 
 class Supervisor:
@@ -234,7 +221,7 @@ class Supervisor:
                                                  "reading the trial's rung")
         request = LaunchRequest(job_id=job.id, attempt=job.attempt, run_dir=self.run_dir, spec=self.spec, resume_from=job.resume_from,
                                 node=node, identity=self.identity, gpus=self._gpus(), owner=job.owner, pause_at=pause_at)
-        engine_attempts.stop_earlier(self.session, self.executor, request, self.settings.stop_grace_s,
+        executor_attempts.stop_earlier(self.session, self.executor, request, self.settings.stop_grace_s,
                                      on_wait=lambda: self.lease.heartbeat(job.attempt))
         name = self.executor.name
         try:
@@ -247,7 +234,7 @@ class Supervisor:
                 return self._not_started(Stop(Why.ENGINE_UNREACHABLE, detail=f"the {name} executor could not start the attempt: {exc}"))
             message = f"the {name} executor refused the attempt: {exc}"  # the same request would be refused again
             return self._not_started(Stop(Why.REFUSED, failure=Failure(ErrorType.SPEC, message, None, None)))
-        engine_attempts.record_executor_id(self.session, job, launch.executor_id)
+        executor_attempts.record_executor_id(self.session, job, launch.executor_id)
         self.lease.start_watchdog(self._kill_own)
         log.info("job %s attempt %d: started by the %s executor%s", job.id, job.attempt, name,
                  f" as {launch.executor_id}" if launch.executor_id else "", extra=self.log_extra)
@@ -256,12 +243,11 @@ class Supervisor:
     def _watch(self, job: Job) -> Stop:
         """Loop until the ranks end, or stop them; says why the attempt stopped."""
         assert self.launch is not None and self.spec is not None
-        clock = _Clocks(last_heartbeat_ok=time.monotonic())
+        clock = Clocks(last_heartbeat_ok=time.monotonic())
         ttl = self.settings.lease_ttl_s
         while not (state := self.executor.poll(self.launch)).ended:
             now = time.monotonic()
-            if clock.started is None and state.phase is Phase.RUNNING:
-                clock.started = now
+            clock.saw(state, now)
             try:
                 if self.intake.store():
                     clock.last_progress = now
@@ -283,7 +269,8 @@ class Supervisor:
                     return self._give_up(Why.DATABASE_UNREACHABLE)
                 time.sleep(self.settings.poll_interval_s)
                 continue
-            stop = self._stop_now(self.spec, state, status, clock, now)
+            stop = stop_now(self.spec, state, status, clock, now, bad_event=self.intake.bad, last_phase=self.intake.last_phase,
+                            host_stopping=self.preempt_requested, stop_request=self.stop_request)
             if stop is not None:
                 if stop.why is Why.MAKE_ROOM:
                     log.info("job %s: %s; stopping the ranks with %.0fs to checkpoint", job.id, stop.detail,
@@ -291,26 +278,6 @@ class Supervisor:
                 return dataclasses.replace(stop, exit_code=self._stop())
             time.sleep(self.settings.poll_interval_s)
         return self._exited(job, state)
-
-    def _stop_now(self, spec: AnySpec, state: RankState, status: Status, clock: _Clocks, now: float) -> Stop | None:
-        """Why the running attempt must stop now, if it must."""
-        if self.intake.bad is not None:
-            return Stop(Why.BAD_EVENT, detail=f"malformed event: {self.intake.bad}")
-        if status == Status.CANCELLING:
-            return Stop(Why.CANCEL)
-        if self.preempt_requested:
-            return Stop(Why.HOST_STOPPING)
-        if self.stop_request and status == Status.RUNNING:
-            return Stop(Why.MAKE_ROOM, detail=self.stop_request)
-        if state.reason is not None:  # still pending, and the engine says it can never run as asked
-            return Stop(Why.UNSCHEDULABLE, state=state)
-        if clock.started is not None and now - clock.started > spec.timeout_s:
-            return Stop(Why.TIMEOUT, detail=f"timeout: attempt ran longer than timeout_s={spec.timeout_s}")
-        # After "done" (last step and final checkpoint stored) nothing more is said: a slow teardown is not a stall.
-        if (spec.stall_timeout_s and clock.last_progress is not None and self.intake.last_phase != "done"
-                and now - clock.last_progress > spec.stall_timeout_s):
-            return Stop(Why.STALLED, detail=f"stalled: no progress from rank 0 for {spec.stall_timeout_s}s")
-        return None
 
     def _exited(self, job: Job, state: RankState) -> Stop:
         """The ranks ended by themselves: what they and the other nodes left says why."""

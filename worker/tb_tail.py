@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from jobs.bundles.store import CODE_DIR_NAME
+from jobs.code_bundles.files import CODE_DIR_NAME
 from jobs.reads.workdir_files import WORKDIR_NAME, Uploaded, read_manifest
 
 log = logging.getLogger(__name__)

@@ -2,7 +2,7 @@
 so a repository that reads ``config/`` or ``data/`` relative to its root, or writes beside its own files, runs
 as ``python train.py`` would from the user's checkout. The run directory around it keeps logs and events.
 
-What is copied: the job's uploaded directory (its read-only ``code/``, already checked by jobs/bundles/store.py), or
+What is copied: the job's uploaded directory (its read-only ``code/``, already checked by jobs/code_bundles/files.py), or
 without a bundle the entry of ``TORCHYARD_CODE_DIR`` that holds the entrypoint (``nanogpt/`` for
 ``nanogpt/train.py``; the whole code root for a file or module at its top), at the same relative path, so the
 entrypoint resolves in the copy as it did at submission. An installed module gets an empty directory.
@@ -10,7 +10,7 @@ entrypoint resolves in the copy as it did at submission. An installed module get
 The copy is made once per job and reused by every attempt (a framework resuming finds what it wrote), and by
 every node of a multi-node job on shared storage. It is made by the worker in a private temporary directory,
 renamed into place, then handed to the job's uid with the rest of the run directory (worker/sandbox/run_dirs.py); the
-bundle store and ``code/`` stay read-only. ``workdir.json`` records the uploaded files, so the API lists only
+bundles directory and ``code/`` stay read-only. ``workdir.json`` records the uploaded files, so the API lists only
 what the job wrote (jobs/reads/workdir_files.py). Modification times are kept: an uploaded ``*.ckpt`` or event file
 is older than the job, and so never taken for one of its own.
 """
@@ -25,7 +25,7 @@ import shutil
 import stat
 from pathlib import Path
 
-from jobs.bundles import store as bundles
+from jobs.code_bundles import files as bundles
 from jobs.reads.workdir_files import MANIFEST_NAME, WORKDIR_NAME, Uploaded, manifest_json
 from jobs.settings import Settings
 from jobspec.spec import ScriptJobSpec, resolve_entrypoint

@@ -12,7 +12,7 @@ from starlette.concurrency import run_in_threadpool
 from api.auth import PrincipalDep
 from api.deps import SettingsDep
 from api.errors import problem, responses
-from jobs.bundles import store as bundles
+from jobs.code_bundles import files as bundles
 
 router = APIRouter(prefix="/v1/code", tags=["code"])
 

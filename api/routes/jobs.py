@@ -16,7 +16,7 @@ from api.deps import RedisDep, SessionDep, SettingsDep
 from api.errors import invalid, responses
 from api.job_reader import JobReader
 from api.schemas import CheckpointList, CheckpointOut, JobList, JobOut, MetricList, MetricOut
-from jobs.bundles import store as bundles
+from jobs.code_bundles import files as bundles
 from jobs.lifecycle import job_control, submission
 from jobs.reads import checkpoint_archive, cursors, job_lookup, job_pages, weights_file
 from jobs.scheduling import dependencies, scheduler

@@ -12,7 +12,7 @@ from api.auth import PrincipalDep
 from api.deps import RedisDep, SessionDep, SettingsDep
 from api.errors import responses
 from api.routes.jobs import IdempotencyKey
-from jobs.bundles import store as bundles
+from jobs.code_bundles import files as bundles
 from jobs.reads import cursors
 from jobs.store.models import Sweep, SweepTrial
 from jobs.sweeps import asha, store

@@ -20,7 +20,7 @@ import httpx
 import psutil
 import pytest
 
-from jobs.bundles import store as bundles
+from jobs.code_bundles import files as bundles
 from jobs.settings import Settings
 from jobs.store.db import get_engine
 from tests.conftest import make_settings

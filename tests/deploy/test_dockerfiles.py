@@ -134,10 +134,26 @@ def test_image_cmd_matches_the_compose_command(path: Path, service: str) -> None
     assert json.loads(cmds[-1]) == compose["services"][service]["command"]
 
 
+# Makes the repository's packages the api image leaves out fail to import, as they do there.
+BLOCK_LEFT_OUT = (
+    "class _LeftOut:\n"
+    "    def find_spec(self, name, path=None, target=None):\n"
+    "        if name.split('.')[0] in ('trainer', 'worker'):\n"
+    "            raise ModuleNotFoundError(f'No module named {name!r} (the api image has no {name.split(\".\")[0]}/)')\n"
+    "sys.meta_path.insert(0, _LeftOut())\n"
+)
+
+
+def test_api_image_copies_neither_worker_nor_trainer() -> None:
+    copied = {source.split("/")[0] for op, args in _instructions(API) if op == "COPY" and not args.startswith("--from")
+              for source in args.split()[:-1]}
+    assert {"api", "jobs", "jobspec"} <= copied and not copied & {"worker", "trainer"}, copied
+
+
 def test_api_and_jobs_import_without_torch() -> None:
-    """Every module of api/ and jobs/ imports in an interpreter where torch cannot be imported,
-    as in the api image; an import of torch anywhere on their import graph fails here."""
-    code = BLOCK_TORCH + (
+    """Every module of api/ and jobs/ imports in an interpreter where torch, trainer/ and worker/ cannot be imported,
+    as in the api image; an import of any of them anywhere on their import graph fails here."""
+    code = BLOCK_TORCH + BLOCK_LEFT_OUT + (
         "import importlib, pkgutil\n"
         "import api, jobs\n"
         "for pkg in (api, jobs):\n"
@@ -146,7 +162,7 @@ def test_api_and_jobs_import_without_torch() -> None:
         "        if info.name != 'api.__main__' and '.migrations' not in info.name:\n"
         "            importlib.import_module(info.name)\n"
         "import api.__main__\n"
-        "assert 'torch' not in sys.modules\n"
+        "assert not {m.split('.')[0] for m in sys.modules} & {'torch', 'trainer', 'worker'}\n"
     )
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr

@@ -23,7 +23,7 @@ READS = ("item", "tolist", "__bool__", "__float__", "__int__", "__index__", "cpu
 
 def main(spec_path: str, run_dir: str, out: str) -> None:
     from jobspec.spec import parse_spec
-    from trainer import distributed, engine
+    from trainer import distributed, loop
     from trainer.profiling import StepProfiler
 
     step = {"now": 0}
@@ -51,7 +51,7 @@ def main(spec_path: str, run_dir: str, out: str) -> None:
         setattr(torch.Tensor, name, counted(name, getattr(torch.Tensor, name)))
     Path(run_dir).mkdir(parents=True, exist_ok=True)
     rank = distributed.init_distributed("cpu")
-    code = engine.run(parse_spec(json.loads(Path(spec_path).read_text())), Path(run_dir), rank, None)
+    code = loop.run(parse_spec(json.loads(Path(spec_path).read_text())), Path(run_dir), rank, None)
     distributed.shutdown()
     Path(out).write_text(json.dumps({"exit_code": code, "reads": reads}))
 

@@ -18,7 +18,7 @@ import torch.distributed as dist
 
 from jobspec.exit_codes import exit_now
 from jobspec.spec import parse_spec
-from trainer import distributed, engine
+from trainer import distributed, loop
 
 
 def main(cases_file: str) -> int:
@@ -35,7 +35,7 @@ def main(cases_file: str) -> int:
                 shutil.copytree(src, run_dir / "checkpoints" / src.name)
                 (run_dir / "checkpoints" / "latest").write_text(src.name)
         dist.barrier()
-        code = engine.run(parse_spec(case["spec"]), run_dir, rank, None)
+        code = loop.run(parse_spec(case["spec"]), run_dir, rank, None)
         if rank.is_main:
             (run_dir / "exit_code").write_text(str(code))
     # As the trainer ends (trainer/__main__.py): every rank reaches the barrier before any tears its groups down, and

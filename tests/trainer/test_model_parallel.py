@@ -1,7 +1,7 @@
 """Pipeline and tensor parallelism under real torchrun (gloo, CPU, fp32): the same losses as one rank,
 a fraction of the parameters per rank, exact resume, and 2-D meshes on 4 ranks.
 
-Three launches (1, 2 and 4 ranks), each running its cases in turn, as in test_engine_torchrun.py."""
+Three launches (1, 2 and 4 ranks), each running its cases in turn, as in test_loop_torchrun.py."""
 
 from __future__ import annotations
 

@@ -166,12 +166,16 @@ def test_every_catalog_model_builds_with_blocks() -> None:
 PLUGIN = '''
 import torch
 from torch import nn
-from trainer.data import DataInfo, DatasetBundle, TensorPairs
+from trainer.data import DataInfo, DatasetBundle, DatasetSplits, TensorPairs
 
 def model(args, info):
     return nn.Linear(info.input_shape[0], info.num_outputs * args.get("mult", 1))
 
 def dataset(args, data_dir):
+    x = torch.randn(args.get("n", 64), 5)
+    return DatasetSplits(TensorPairs(x, (x.sum(1) > 0).long()), None, DataInfo("classification", (5,), 2))
+
+def dataset_by_its_earlier_name(args, data_dir):  # a plugin written before DatasetSplits was named so
     x = torch.randn(args.get("n", 64), 5)
     return DatasetBundle(TensorPairs(x, (x.sum(1) > 0).long()), None, DataInfo("classification", (5,), 2))
 '''
@@ -183,14 +187,16 @@ def test_plugins_through_entry_points(tmp_path: Path, monkeypatch: pytest.Monkey
     dist_info.mkdir()
     (dist_info / "METADATA").write_text("Metadata-Version: 2.1\nName: typlugin\nVersion: 0.1\n")
     (dist_info / "entry_points.txt").write_text("[torchyard.models]\nlinear = typlugin:model\n\n"
-                                                "[torchyard.datasets]\nhalfspace = typlugin:dataset\n")
+                                                "[torchyard.datasets]\nhalfspace = typlugin:dataset\n"
+                                                "older = typlugin:dataset_by_its_earlier_name\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     catalog._plugin_names.cache_clear()
     try:
         assert "linear" in catalog.known_models() and catalog.dataset_entry("halfspace") is not None
-        bundle = build_dataset("halfspace", {"n": 32}, None)
-        model = build_model("linear", {"mult": 2}, bundle.info)
-        assert model(bundle.train.get_batch(torch.arange(3))[0]).shape == (3, 4)
+        for name in ("halfspace", "older"):
+            splits = build_dataset(name, {"n": 32}, None)
+            model = build_model("linear", {"mult": 2}, splits.info)
+            assert model(splits.train.get_batch(torch.arange(3))[0]).shape == (3, 4)
     finally:
         catalog._plugin_names.cache_clear()
 
@@ -255,7 +261,7 @@ def test_each_catalog_model_has_one_spec_that_agrees_with_its_contract(name: str
 def test_mfu_flops_come_from_the_model_spec_with_the_catalogs_defaults() -> None:
     # Left out of the spec, n_layer and n_embd are the catalog's defaults (2 and 128), as the model was built with.
     from jobspec.spec import parse_spec
-    from trainer.engine import _flops_per_sample
+    from trainer.loop import _flops_per_sample
 
     job = parse_spec({"name": "mfu", "model": {"name": "gpt", "args": {"block_size": 16}},
                       "data": {"name": "synthetic-lm", "args": {"samples": 16, "seq_len": 16, "vocab_size": 32}}})

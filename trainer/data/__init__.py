@@ -1,8 +1,9 @@
 """Datasets by catalog name: seeded synthetic sets, tensor and text files under the data root, plugins.
 
-Every builder returns a ``DatasetBundle``: a train set, an optional eval set and the ``DataInfo``
-the model is built from. In-memory sets implement ``get_batch(indices)`` so the loader can index
-whole batches at once instead of collating sample by sample.
+Every builder returns a ``DatasetSplits``: a train set, an optional eval set and the ``DataInfo``
+the model is built from (``DatasetBundle``, its earlier name, is the same class). In-memory sets
+implement ``get_batch(indices)`` so the loader can index whole batches at once instead of collating
+sample by sample.
 """
 
 from __future__ import annotations
@@ -14,15 +15,15 @@ from pathlib import Path
 from typing import Any
 
 from jobspec import catalog
-from trainer.data.base import DataInfo, DatasetBundle, TensorPairs, TokenChunks
+from trainer.data.base import DataInfo, DatasetBundle, DatasetSplits, TensorPairs, TokenChunks
 from trainer.data.files import build_tensor_file, build_text_file
 from trainer.data.synthetic import build_synthetic_classification, build_synthetic_lm, build_synthetic_regression
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DataInfo", "DatasetBundle", "TensorPairs", "TokenChunks", "build_dataset"]
+__all__ = ["DataInfo", "DatasetBundle", "DatasetSplits", "TensorPairs", "TokenChunks", "build_dataset"]
 
-Builder = Callable[[dict[str, Any], Path | None], DatasetBundle]
+Builder = Callable[[dict[str, Any], Path | None], DatasetSplits]
 
 BUILDERS: dict[str, Builder] = {
     "synthetic-classification": build_synthetic_classification,
@@ -40,11 +41,12 @@ def _plugin(name: str) -> Builder | None:
     return None
 
 
-def build_dataset(name: str, args: dict[str, Any], data_dir: Path | None) -> DatasetBundle:
+def build_dataset(name: str, args: dict[str, Any], data_dir: Path | None) -> DatasetSplits:
     """Build a dataset by catalog (or plugin) name. Catalog args are validated and defaulted first.
 
-    A plugin is a callable ``(args, data_dir) -> DatasetBundle`` registered under the entry-point
-    group ``torchyard.datasets``; it checks its own arguments and must read only under data_dir.
+    A plugin is a callable ``(args, data_dir) -> DatasetSplits`` (``DatasetBundle``, the earlier name, is the same
+    class) registered under the entry-point group ``torchyard.datasets``; it checks its own arguments and must read
+    only under data_dir.
     """
     if name in BUILDERS:
         full = catalog.validate_args(catalog.DATASETS[name], args)
@@ -52,7 +54,7 @@ def build_dataset(name: str, args: dict[str, Any], data_dir: Path | None) -> Dat
     builder = _plugin(name)
     if builder is None:
         raise ValueError(f"unknown dataset {name!r}; known: {', '.join(catalog.known_datasets())}")
-    bundle = builder(dict(args), data_dir)
-    if not isinstance(bundle, DatasetBundle):
-        raise TypeError(f"dataset plugin {name!r} returned {type(bundle).__name__}, expected trainer.data.DatasetBundle")
-    return bundle
+    splits = builder(dict(args), data_dir)
+    if not isinstance(splits, DatasetSplits):
+        raise TypeError(f"dataset plugin {name!r} returned {type(splits).__name__}, expected trainer.data.DatasetSplits")
+    return splits

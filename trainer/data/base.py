@@ -65,7 +65,13 @@ class TokenChunks(Dataset):
 
 
 @dataclass
-class DatasetBundle:
+class DatasetSplits:
+    """What a dataset builder returns: the train split, the eval split if any, and what the model is built from."""
+
     train: Dataset
     eval: Dataset | None
     info: DataInfo
+
+
+# The plugin API's earlier name, kept so plugins written against it still work; "bundle" is the uploaded code's word.
+DatasetBundle = DatasetSplits

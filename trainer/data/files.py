@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from jobspec.paths import data_file
-from trainer.data.base import DataInfo, DatasetBundle, TensorPairs, TokenChunks
+from trainer.data.base import DataInfo, DatasetSplits, TensorPairs, TokenChunks
 
 
 def _under_root(data_dir: Path | None, relative: str, field: str) -> Path:
@@ -42,7 +42,7 @@ def _load_xy(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
     return raw["x"], raw["y"]
 
 
-def build_tensor_file(args: dict[str, Any], data_dir: Path | None) -> DatasetBundle:
+def build_tensor_file(args: dict[str, Any], data_dir: Path | None) -> DatasetSplits:
     x, y = _load_xy(_under_root(data_dir, args["path"], "path"))
     x = x.float()
     task = args["task"]
@@ -60,10 +60,10 @@ def build_tensor_file(args: dict[str, Any], data_dir: Path | None) -> DatasetBun
         if task == "classification":
             num_outputs = max(num_outputs, int(ey.max().item()) + 1)
         ev = TensorPairs(ex.float(), ey)
-    return DatasetBundle(TensorPairs(x, y), ev, DataInfo(task, tuple(x.shape[1:]), num_outputs))
+    return DatasetSplits(TensorPairs(x, y), ev, DataInfo(task, tuple(x.shape[1:]), num_outputs))
 
 
-def build_text_file(args: dict[str, Any], data_dir: Path | None) -> DatasetBundle:
+def build_text_file(args: dict[str, Any], data_dir: Path | None) -> DatasetSplits:
     raw = _under_root(data_dir, args["path"], "path").read_bytes()
     raw.decode("utf-8")  # refuse non-UTF-8 input early with a clear error
     tokens = torch.frombuffer(bytearray(raw), dtype=torch.uint8).long()  # bytes are tokens: vocab 256
@@ -73,4 +73,4 @@ def build_text_file(args: dict[str, Any], data_dir: Path | None) -> DatasetBundl
     if len(train_tokens) < seq_len + 1:
         raise ValueError(f"data.args.path: {len(train_tokens)} training bytes, fewer than seq_len + 1 = {seq_len + 1}")
     ev = TokenChunks(tokens[len(tokens) - n_eval:], seq_len) if n_eval > seq_len else None
-    return DatasetBundle(TokenChunks(train_tokens, seq_len), ev, DataInfo("lm", (seq_len,), 256))
+    return DatasetSplits(TokenChunks(train_tokens, seq_len), ev, DataInfo("lm", (seq_len,), 256))

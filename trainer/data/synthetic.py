@@ -1,6 +1,6 @@
 """Seeded synthetic sets: the same seed gives the same data on every rank and every host.
 
-Each set has a hidden "teacher" so the task is learnable (losses fall), which makes the engine's
+Each set has a hidden "teacher" so the task is learnable (losses fall), which makes the training loop's
 tests meaningful without downloading anything.
 """
 
@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from trainer.data.base import DataInfo, DatasetBundle, TensorPairs, TokenChunks
+from trainer.data.base import DataInfo, DatasetSplits, TensorPairs, TokenChunks
 
 # The synthetic language: each token's candidate successors, and the longest walk generated in one piece.
 SUCCESSORS = 8
@@ -23,7 +23,7 @@ def _split(x: torch.Tensor, y: torch.Tensor, n_train: int) -> tuple[TensorPairs,
     return TensorPairs(x[:n_train], y[:n_train]), ev
 
 
-def build_synthetic_classification(args: dict[str, Any], data_dir: Path | None = None) -> DatasetBundle:
+def build_synthetic_classification(args: dict[str, Any], data_dir: Path | None = None) -> DatasetSplits:
     g = torch.Generator().manual_seed(args["seed"])
     n = args["samples"] + args["eval_samples"]
     if args["image_size"] is not None:
@@ -41,20 +41,20 @@ def build_synthetic_classification(args: dict[str, Any], data_dir: Path | None =
     logits = feats @ teacher / feats.shape[1] ** 0.5
     y = (logits + args["noise"] * torch.randn(logits.shape, generator=g)).argmax(dim=1)
     train, ev = _split(x.contiguous(), y, args["samples"])
-    return DatasetBundle(train, ev, DataInfo("classification", shape, args["classes"]))
+    return DatasetSplits(train, ev, DataInfo("classification", shape, args["classes"]))
 
 
-def build_synthetic_regression(args: dict[str, Any], data_dir: Path | None = None) -> DatasetBundle:
+def build_synthetic_regression(args: dict[str, Any], data_dir: Path | None = None) -> DatasetSplits:
     g = torch.Generator().manual_seed(args["seed"])
     n = args["samples"] + args["eval_samples"]
     x = torch.randn(n, args["features"], generator=g)
     teacher = torch.randn(args["features"], args["targets"], generator=g) / args["features"] ** 0.5
     y = torch.tanh(x @ teacher) + args["noise"] * torch.randn(n, args["targets"], generator=g)
     train, ev = _split(x, y, args["samples"])
-    return DatasetBundle(train, ev, DataInfo("regression", (args["features"],), args["targets"]))
+    return DatasetSplits(train, ev, DataInfo("regression", (args["features"],), args["targets"]))
 
 
-def build_synthetic_lm(args: dict[str, Any], data_dir: Path | None = None) -> DatasetBundle:
+def build_synthetic_lm(args: dict[str, Any], data_dir: Path | None = None) -> DatasetSplits:
     """Token streams from a random sparse Markov chain: each token has a few likely successors.
 
     The chain is kept as SUCCESSORS candidates per token (not a vocab x vocab matrix, which at GPT-2's vocabulary
@@ -83,4 +83,4 @@ def build_synthetic_lm(args: dict[str, Any], data_dir: Path | None = None) -> Da
 
     train = TokenChunks(stream(n_train), seq_len)
     ev = TokenChunks(stream(n_eval), seq_len) if n_eval else None
-    return DatasetBundle(train, ev, DataInfo("lm", (seq_len,), vocab))
+    return DatasetSplits(train, ev, DataInfo("lm", (seq_len,), vocab))

@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 RUN_DIR_MODE = 0o2770
 RUNS_ROOT_MODE = 0o711
 BUNDLES_MODE = 0o700
-CODE_DIR_NAME = "code"  # the unpacked bundle (jobs/bundles/store.py): read-only to the job, left as the worker made it
+CODE_DIR_NAME = "code"  # the unpacked bundle (jobs/code_bundles/files.py): read-only to the job, left as the worker made it
 # Paths the worker itself writes in a run directory; a job may have replaced any of them with a link or a FIFO.
 _WORKER_WRITTEN = ("spec.json", ".spec.json.tmp", "error.json", "events.jsonl", "checkpoints", "checkpoints/latest",
                    "checkpoints/.latest.tmp", "logs")

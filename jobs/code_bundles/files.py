@@ -13,12 +13,12 @@ each other's bundles)::
                                          entrypoint at submission
     <bundles>/.incoming/                 uploads and unpacking in progress; renamed into place whole
 
-The store is the service's alone: directories 0700, files 0600, whatever the umask, so no job's uid
+The bundles directory is the service's alone: directories 0700, files 0600, whatever the umask, so no job's uid
 reads another owner's code through it. The API and the workers must run as the same user (or the
 workers as root) to share it. Each job gets its own read-only copy under its run directory.
 
 An archive is refused whole before anything is kept when one of its members cannot be unpacked
-safely (jobs.bundles.check: ``BundleRefused`` naming the member), or when its files add up to more
+safely (jobs.code_bundles.check: ``BundleRefused`` naming the member), or when its files add up to more
 than ``max_code_unpacked_bytes``, sparse ones at their full size (``BundleTooLarge``), which is
 known from the member list before anything is unpacked. The worker checks the archive again (digest,
 members and size) when it unpacks it into a job's run directory.
@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from jobs.bundles.check import BundleRefused, BundleTooLarge, check_members, parts_of
+from jobs.code_bundles.check import BundleRefused, BundleTooLarge, check_members, parts_of
 from jobs.settings import Settings
 from jobspec.paths import resolve_under
 from jobspec.spec import JobSpec, ScriptJobSpec, SpecError, SpecLimits, SpecProblem
@@ -50,10 +50,10 @@ from jobspec.spec import JobSpec, ScriptJobSpec, SpecError, SpecLimits, SpecProb
 log = logging.getLogger(__name__)
 
 PREFIX = "sha256:"
-STORE_DIR_MODE, STORE_FILE_MODE = 0o700, 0o600
+BUNDLES_DIR_MODE, BUNDLES_FILE_MODE = 0o700, 0o600
 _CHUNK = 1 << 20
 CODE_DIR_NAME = "code"  # a job's unpacked bundle: runs/<id>/code
-__all__ = ["BundleRefused", "BundleTooLarge", "check_members"]  # checked in jobs.bundles.check, refused from here
+__all__ = ["BundleRefused", "BundleTooLarge", "check_members"]  # checked in jobs.code_bundles.check, refused from here
 
 
 class BundleMissing(LookupError):
@@ -130,7 +130,7 @@ def _unpacking(m: tarfile.TarInfo) -> Iterator[None]:
 
 def _extract(tar: tarfile.TarFile, members: list[tarfile.TarInfo], dest: Path, *, read_only: bool) -> None:
     """Unpack checked members into the new directory ``dest``. ``read_only``: a job's copy, 0555/0444, which its
-    uid reads and cannot change; else the store's, 0700/0600, the service's user's alone. Nothing is written
+    uid reads and cannot change; else the bundles directory's, 0700/0600, the service's user's alone. Nothing is written
     through a symlink: links are created last, and no member lies under one (check_members)."""
     dest.mkdir(mode=0o700)
     dirs = [dest]
@@ -147,7 +147,7 @@ def _extract(tar: tarfile.TarFile, members: list[tarfile.TarInfo], dest: Path, *
                 fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
                 with os.fdopen(fd, "wb") as out, source:
                     shutil.copyfileobj(source, out, _CHUNK)
-                    os.fchmod(fd, (0o555 if m.mode & 0o111 else 0o444) if read_only else STORE_FILE_MODE)
+                    os.fchmod(fd, (0o555 if m.mode & 0o111 else 0o444) if read_only else BUNDLES_FILE_MODE)
     for m in members:
         if m.issym():
             target = dest.joinpath(*parts_of(m.name))
@@ -160,7 +160,7 @@ def _extract(tar: tarfile.TarFile, members: list[tarfile.TarInfo], dest: Path, *
     for root, subdirs, _ in os.walk(dest):
         dirs += [Path(root) / d for d in subdirs if not os.path.islink(Path(root) / d)]
     for d in sorted(set(dirs), key=lambda p: len(p.parts), reverse=True):
-        os.chmod(d, 0o555 if read_only else STORE_DIR_MODE)
+        os.chmod(d, 0o555 if read_only else BUNDLES_DIR_MODE)
 
 
 def remove_tree(path: Path) -> None:
@@ -240,8 +240,8 @@ class Upload:
         self.incoming = settings.bundles_root / ".incoming"
         _private_dir(self.incoming)
         self.path = self.incoming / f"{secrets.token_hex(8)}.tar"
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, STORE_FILE_MODE)
-        os.fchmod(fd, STORE_FILE_MODE)
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, BUNDLES_FILE_MODE)
+        os.fchmod(fd, BUNDLES_FILE_MODE)
         self._file = os.fdopen(fd, "wb")
         self._hash = hashlib.sha256()
         self._inflate = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS) if gzip else None
@@ -289,7 +289,7 @@ class Upload:
             tree, archive = tree_path(self.settings, self.owner, digest), archive_path(self.settings, self.owner, digest)
             try:
                 # Moving a directory to another parent rewrites its "..": it must be writable to the service's
-                # user until here, so the store's trees are 0700, never read-only.
+                # user until here, so the bundles directory's trees are 0700, never read-only.
                 os.rename(tmp_tree, tree)
             except OSError:
                 remove_tree(tmp_tree)  # a concurrent upload of the same bundle won; its tree is complete
@@ -311,10 +311,10 @@ class Upload:
 
 
 def _private_dir(path: Path) -> None:
-    """A store directory only the service's user enters, whatever the umask or an earlier version left."""
-    path.mkdir(mode=STORE_DIR_MODE, parents=True, exist_ok=True)
-    if stat.S_IMODE(path.stat().st_mode) != STORE_DIR_MODE:
-        os.chmod(path, STORE_DIR_MODE)
+    """A bundles directory only the service's user enters, whatever the umask or an earlier version left."""
+    path.mkdir(mode=BUNDLES_DIR_MODE, parents=True, exist_ok=True)
+    if stat.S_IMODE(path.stat().st_mode) != BUNDLES_DIR_MODE:
+        os.chmod(path, BUNDLES_DIR_MODE)
 
 
 def code_root(settings: Settings, spec: ScriptJobSpec, run_dir: Path) -> Path:

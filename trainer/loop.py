@@ -87,18 +87,18 @@ def run(spec: JobSpec, run_dir: Path, rank: RankInfo, data_dir: Path | None) -> 
     start_background_imports(compiled)
     torch.manual_seed(t.seed)  # identical init on every rank (FSDP shards what each rank built)
     phases.mark("events")
-    bundle = build_dataset(spec.data.name, spec.data.args, data_dir)
+    splits = build_dataset(spec.data.name, spec.data.args, data_dir)
     phases.mark("data")
-    model = build_model(spec.model.name, spec.model.args, bundle.info)
-    flops = _flops_per_sample(model, spec, bundle.info)
+    model = build_model(spec.model.name, spec.model.args, splits.info)
+    flops = _flops_per_sample(model, spec, splits.info)
     phases.mark("model")
-    wrapped = parallelize(model, rank, spec, bundle.info.task)
+    wrapped = parallelize(model, rank, spec, splits.info.task)
     phases.mark("parallelize")
     net = wrapped.model
     pipe = wrapped.pipeline
     # Ranks that differ only in a pipeline or tensor-parallel coordinate read the same samples.
     data_rank = wrapped.data_rank or rank
-    batches = TrainBatches(bundle.train, data_rank, t.global_batch_size, t.grad_accum_steps, t.seed, spec.data.num_workers)
+    batches = TrainBatches(splits.train, data_rank, t.global_batch_size, t.grad_accum_steps, t.seed, spec.data.num_workers)
     total_steps = t.epochs * batches.steps_per_epoch
     if t.max_steps is not None:
         total_steps = min(total_steps, t.max_steps)
@@ -116,12 +116,12 @@ def run(spec: JobSpec, run_dir: Path, rank: RankInfo, data_dir: Path | None) -> 
 
     async_group = dist.new_group(backend="gloo") if spec.checkpoint.async_save else None
     checkpointer = Checkpointer(run_dir, spec, rank, events, {"name": spec.model.name, "args": spec.model.args},
-                                bundle.info, async_group)
+                                splits.info, async_group)
     phases.mark("optimizer")
     pos = checkpointer.load_latest(net, optimizer, scheduler, scaler) or TrainPosition()
     phases.mark("checkpoint_load")
     resumed_from = pos.step
-    tokens = bundle.info.input_shape[0] if bundle.info.task == "lm" else None
+    tokens = splits.info.input_shape[0] if splits.info.task == "lm" else None
     # A sweep trial stops at its rung's step: max_steps stays the schedule's horizon, as in a straight run.
     pause = pause_step(os.environ.get(PAUSE_AT_ENV), batches.steps_per_epoch, total_steps)
     reporter = MetricsReporter(events, rank, t.log_every_steps, total_steps, t.global_batch_size, tokens, flops, pause)
@@ -132,7 +132,7 @@ def run(spec: JobSpec, run_dir: Path, rank: RankInfo, data_dir: Path | None) -> 
 
     autocast = (torch.autocast(rank.device.type, dtype=wrapped.autocast_dtype) if wrapped.autocast_dtype is not None
                 else contextlib.nullcontext())
-    task = bundle.info.task
+    task = splits.info.task
     # Compiled with the blocks: the fp32 cast of the logits and the cross-entropy become one kernel instead of
     # several passes over a (tokens x vocab) tensor, which at GPT-2's vocabulary is most of the step's memory traffic.
     train_loss = torch.compile(tasks.train_loss) if compiled and pipe is None else tasks.train_loss
@@ -215,9 +215,9 @@ def run(spec: JobSpec, run_dir: Path, rank: RankInfo, data_dir: Path | None) -> 
         paused = pause is not None and pos.step >= pause
         busy = False
         # Evaluated at the rung's step: that is the value the sweep ranks the trial by.
-        if bundle.eval is not None and (last or paused or _due(pos.step, spec.eval.every_steps)
+        if splits.eval is not None and (last or paused or _due(pos.step, spec.eval.every_steps)
                                         or (epoch_ended and _due(pos.epoch, spec.eval.every_epochs))):
-            evaluate(wrapped, bundle.eval, rank, spec, task, autocast, events, pos.step, step_epoch)
+            evaluate(wrapped, splits.eval, rank, spec, task, autocast, events, pos.step, step_epoch)
             busy = True
         if paused:
             break  # the checkpoint below, then the pause

@@ -1,5 +1,5 @@
-"""An attempt as the executor's engine names it (a Slurm job id): recorded where an operator finds it, and
-an earlier attempt still running there stopped before a new one writes the same run directory."""
+"""An attempt as the executor names it (its ``executor_id``, a Slurm job id): recorded where an operator finds it,
+and an earlier attempt still running there stopped before a new one writes the same run directory."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ log = logging.getLogger(__name__)
 
 
 def record_executor_id(session: Session, job: Job, executor_id: str | None) -> None:
-    """The engine's name of the attempt (the Slurm job id), in the job and the attempt as soon as it exists:
+    """The executor's name of the attempt (the Slurm job id), in the job and the attempt as soon as it exists:
     an operator finds it in squeue, and a later attempt stops it if this worker vanishes."""
     if executor_id is None:
         return
