@@ -12,7 +12,7 @@ another deployment sharing the user (another stack, another test); an attempt st
 kept, whoever holds it: when only a worker's own process died, its forked supervisors still run their jobs; and an
 attempt an engine runs (a Slurm job: its attempt row names it) is the engine's to stop. Its ranks run under slurmd,
 not under a worker, and the next attempt stops them through the engine with SIGTERM and the grace to checkpoint
-(worker/engine_attempts.py); a SIGKILL from here would race that stop and lose every step since the last checkpoint.
+(worker/executor_attempts.py); a SIGKILL from here would race that stop and lose every step since the last checkpoint.
 """
 
 from __future__ import annotations
