@@ -25,6 +25,9 @@ def main(argv: list[str] | None = None) -> None:
         log_level=args.log_level, proxy_headers=True, http=PROTOCOL,
         # Logging is ours (JSON lines with request ids); api.middleware writes one access line per request.
         log_config=None, access_log=False,
+        # uvicorn's 5 s closed a connection between two polls of a client polling every few seconds, racing the
+        # next request; 65 s outlasts any poll and a load balancer's usual 60 s idle timeout in front of it.
+        timeout_keep_alive=65,
     )
 
 

@@ -3,6 +3,7 @@ transport failures and problem+json answers to the client's exceptions."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import httpx
@@ -11,6 +12,20 @@ from torchyard.client.errors import ConnectionFailed, error_from_response
 from torchyard.version import VERSION
 
 USER_AGENT = f"torchyard-client/{VERSION}"
+log = logging.getLogger(__name__)
+
+# What a request sent on a connection the server had just closed meets, before any answer.
+_STALE = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
+_IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE"})
+
+
+def _resendable(method: str, kwargs: dict[str, Any]) -> bool:
+    """Methods HTTP calls idempotent, and a POST carrying an Idempotency-Key (the API answers a resend with the
+    first answer); never a body that was a stream, which the first send used up."""
+    if not isinstance(kwargs.get("content", b""), bytes | str) or "files" in kwargs:
+        return False
+    headers = {k.lower() for k in (kwargs.get("headers") or {})}
+    return method.upper() in _IDEMPOTENT or (method.upper() == "POST" and "idempotency-key" in headers)
 
 
 class HttpSession:
@@ -28,7 +43,15 @@ class HttpSession:
 
     def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         try:
-            response = self._http.request(method, path, **kwargs)
+            try:
+                response = self._http.request(method, path, **kwargs)
+            except _STALE as exc:
+                if not _resendable(method, kwargs):
+                    raise
+                # A pooled connection the server closed (its keep-alive ran out) just as this request went out: the
+                # server answered nothing, so a request that may be sent twice goes once more on a new connection.
+                log.debug("%s %s: %s on a reused connection; sending it again", method, path, exc)
+                response = self._http.request(method, path, **kwargs)
         except httpx.TransportError as exc:
             raise ConnectionFailed(f"cannot reach the torchyard API at {self.url}: {exc}") from exc
         if response.is_error:
