@@ -204,5 +204,5 @@ def get_checkpoint_archive(
 ) -> StreamingResponse:
     ckpt, files = checkpoint_archive.checkpoint_tree(session, settings, principal.owner, job_id, step)
     name = _SAFE_NAME.sub("_", f"{job_id}-step{ckpt.step}-{PurePath(ckpt.path).name}.tar")
-    return StreamingResponse(checkpoint_archive.tar_stream(settings, job_id, ckpt.path, files), media_type="application/x-tar",
+    return StreamingResponse(checkpoint_archive.tar_stream(settings, job_id, ckpt, files), media_type="application/x-tar",
                              headers={"Content-Disposition": f'attachment; filename="{name}"'})

@@ -14,9 +14,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
+import math
 import time
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from typing import Annotated, BinaryIO, Literal
 
 from fastapi import APIRouter, Header, Path, Query, Request
@@ -33,6 +33,8 @@ from api.stream_slots import StreamSlots
 from jobs.reads import artifacts, cursors, feed, job_lookup
 from jobs.reads import job_logs as job_logs_files
 from jobs.settings import Settings
+from jobs.storage.store import StoreError
+from jobs.storage.stored_file import size_of
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/v1/jobs", tags=["streams"])
@@ -121,17 +123,6 @@ def _sse(message: feed.Message) -> ServerSentEvent:
     return ServerSentEvent(data=json.dumps(message.data, separators=(",", ":")), event=message.event, id=message.id)
 
 
-def _open_logs(settings: Settings, job_id: str, relatives: list[str]) -> list[tuple[str, BinaryIO]]:
-    """The files of ``relatives`` that open (``artifacts.open_file``: no symlink followed, no file of several links), in order."""
-    opened = []
-    for relative in relatives:
-        try:
-            opened.append((relative, artifacts.open_file(settings, job_id, relative, single_link=True)))
-        except FileNotFoundError:
-            continue
-    return opened
-
-
 def _close_all(files: Iterable[BinaryIO]) -> None:
     for f in files:
         f.close()
@@ -144,6 +135,27 @@ def _iter_files(ranges: list[tuple[BinaryIO, int, int]]) -> Iterator[bytes]:
             yield from artifacts.iter_file(f, start, end)
     finally:
         _close_all(f for f, _, _ in ranges)
+
+
+async def _appended(current: list[str], handles: dict[str, BinaryIO], offsets: dict[str, int],
+                    start_of: Callable[[BinaryIO, str, int], Awaitable[int]], whole_lines: bool) -> AsyncIterator[bytes]:
+    """What each open log of ``current`` holds past its offset, in order; ``offsets`` follows what was yielded.
+    ``whole_lines``: only up to each file's last newline (several nodes' files are never mixed mid-line)."""
+    for relative in current:
+        f = handles.get(relative)
+        if f is None:
+            continue
+        if relative not in offsets:
+            offsets[relative] = await start_of(f, relative, size_of(f))
+        while True:  # bounded reads, so a large backlog is streamed rather than held in memory
+            chunk = await run_in_threadpool(artifacts.read_at, f, offsets[relative], _READ_MAX)
+            if whole_lines and len(chunk) < _READ_MAX:
+                chunk = chunk[:chunk.rfind(b"\n") + 1]
+            if chunk:
+                offsets[relative] += len(chunk)
+                yield chunk
+            if len(chunk) < _READ_MAX:
+                break
 
 
 @router.get("/{job_id}/logs", response_class=StreamingResponse, responses={**_TEXT_DOC, **responses(429)},
@@ -184,14 +196,14 @@ async def job_logs(
         return job_logs_files.files(settings, job.id, attempt, rank, stream)
 
     # Each file opened once, without following a symlink anywhere; from here on only the descriptors are read.
-    opened = await run_in_threadpool(_open_logs, settings, job.id, await run_in_threadpool(locate))
+    opened = await run_in_threadpool(job_logs_files.open_logs, settings, job.id, await run_in_threadpool(locate))
     if not opened and not follow:
         raise artifacts.FileUnavailable(f"job {job_id} has no {what} for attempt {attempt} (yet)")
     headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no", "X-Log-Attempt": str(attempt)}
     if not follow:
         ranges = []
         for relative, f in opened:
-            size = os.fstat(f.fileno()).st_size
+            size = size_of(f)
             ranges.append((f, await start_of(f, relative, size), size))
         # A plain iterator: Starlette reads it in a thread, so file reads never block the event loop.
         return StreamingResponse(_iter_files(ranges), media_type="text/plain; charset=utf-8", headers=headers)
@@ -205,35 +217,38 @@ async def job_logs(
         ends_at = time.monotonic() + settings.stream_max_lifetime_s
         handles: dict[str, BinaryIO] = dict(opened)
         offsets: dict[str, int] = {}
+        current = [relative for relative, _ in opened]
+        stored = settings.storage_url is not None
+        read_at = -math.inf
+        store_down = False
         try:
             while True:
                 if not await run_in_threadpool(still_authorized, request, principal):
                     log.info("job %s: log stream ended, its API key is no longer valid", job_id, extra={"job_id": job_id})
                     return
-                # Done is read before the files: the supervisor finishes writing before the status changes.
+                # Done is read before the files: the supervisor finishes writing (and uploading) before the status changes.
                 done = await run_in_threadpool(_in_session, engine, job_logs_files.log_follow_done, job.id, attempt)
-                current = await run_in_threadpool(locate)  # a torchrun restart moves a rank to a new file
-                for relative in set(handles) - set(current):
-                    handles.pop(relative).close()
-                for relative, fresh in await run_in_threadpool(_open_logs, settings, job.id, [r for r in current if r not in handles]):
-                    handles[relative] = fresh
-                whole_lines = len(current) > 1 and not done  # several nodes' files: never mix half lines
-                for relative in current:
-                    f = handles.get(relative)
-                    if f is None:
-                        continue
-                    if relative not in offsets:
-                        end = os.fstat(f.fileno()).st_size
-                        offsets[relative] = await start_of(f, relative, end)
-                    while True:  # bounded reads, so a large backlog is streamed rather than held in memory
-                        chunk = await run_in_threadpool(artifacts.read_at, f, offsets[relative], _READ_MAX)
-                        if whole_lines and len(chunk) < _READ_MAX:
-                            chunk = chunk[:chunk.rfind(b"\n") + 1]
-                        if chunk:
-                            offsets[relative] += len(chunk)
+                # A stored log changes only when its worker uploads it: the store is read twice per upload period.
+                if done or not stored or time.monotonic() - read_at >= settings.storage_sync_interval_s / 2:
+                    read_at = time.monotonic()
+                    try:
+                        current = await run_in_threadpool(locate)  # a torchrun restart moves a rank to a new file
+                        if stored:  # an upload replaces the object whole: opened again, it shows what was added
+                            _close_all(handles.values())
+                            handles.clear()
+                        for relative in set(handles) - set(current):
+                            handles.pop(relative).close()
+                        missing = [r for r in current if r not in handles]
+                        handles.update(await run_in_threadpool(job_logs_files.open_logs, settings, job.id, missing))
+                        async for chunk in _appended(current, handles, offsets, start_of, whole_lines=len(current) > 1 and not done):
                             yield chunk
-                        if len(chunk) < _READ_MAX:
-                            break
+                        if store_down:
+                            log.info("job %s: log stream reads the object store again", job_id, extra={"job_id": job_id})
+                        store_down = False
+                    except StoreError as exc:  # the store down for a while: the stream waits for it, up to its lifetime
+                        if not store_down:
+                            log.warning("job %s: log stream waits for the object store: %s", job_id, exc, extra={"job_id": job_id})
+                        store_down, done = True, False
                 if done:
                     return
                 if time.monotonic() >= ends_at:

@@ -3,7 +3,11 @@ as one uncompressed tar stream: ``GET /v1/jobs/{id}/checkpoints/{step}/archive``
 
 The tree is listed without following symlinks, and each regular file is opened with ``artifacts.open_under``
 (``O_NOFOLLOW`` at every component) and sized from its descriptor, so nothing outside the run directory
-is served and a file that grows while it is read is cut at the size its header announced."""
+is served and a file that grows while it is read is cut at the size its header announced.
+
+With an object store (TORCHYARD_STORAGE_URL) the archive is read from the store only: a checkpoint of the run's
+``checkpoints/`` once it is there complete (its manifest and every file it names at its size, worker/uploads.py),
+its files as the manifest lists them."""
 
 from __future__ import annotations
 
@@ -11,7 +15,8 @@ import os
 import stat
 import tarfile
 from collections.abc import Iterator
-from pathlib import Path
+from pathlib import Path, PurePosixPath
+from typing import BinaryIO
 
 from sqlmodel import Session
 
@@ -19,6 +24,10 @@ from jobs.reads import artifacts
 from jobs.reads.artifacts import FileUnavailable
 from jobs.reads.job_lookup import checkpoints, get_job
 from jobs.settings import Settings
+from jobs.storage.checkpoints import CHECKPOINTS, job_key
+from jobs.storage.manifest import Manifest, ManifestError, complete, manifest_key
+from jobs.storage.store import NotInStore, ObjectStore, store_for
+from jobs.storage.stored_file import open_stored, size_of
 from jobs.store.models import Checkpoint
 
 MAX_FILES = 10_000
@@ -32,6 +41,9 @@ def checkpoint_tree(session: Session, settings: Settings, owner: str, job_id: st
     if not saved:
         raise FileUnavailable(f"job {job_id} has no checkpoint at step {step}")
     ckpt = saved[-1]
+    store = store_for(settings)
+    if store is not None:
+        return ckpt, _stored_tree(store, job_id, ckpt)
     local = artifacts.safe_path(settings, job_id, ckpt.path)
     if local is None or local.is_symlink() or not local.is_dir():
         raise FileUnavailable(f"job {job_id}: the checkpoint of step {step} is not a directory here"
@@ -49,18 +61,51 @@ def checkpoint_tree(session: Session, settings: Settings, owner: str, job_id: st
     return ckpt, files
 
 
-def tar_stream(settings: Settings, job_id: str, checkpoint_path: str, files: list[str]) -> Iterator[bytes]:
+def _stored_tree(store: ObjectStore, job_id: str, ckpt: Checkpoint) -> list[str]:
+    """The files of the checkpoint's complete copy in the store, as its manifest lists them (relative to the run
+    directory); FileUnavailable when the store holds no complete copy."""
+    parts = PurePosixPath(ckpt.path).parts
+    if len(parts) != 2 or parts[0] != CHECKPOINTS or parts[1] in (".", ".."):
+        raise FileUnavailable(f"job {job_id}: the checkpoint of step {ckpt.step} ({ckpt.path}) is not in the object store; "
+                              f"only the run's {CHECKPOINTS}/ directories are uploaded")
+    name = parts[1]
+    try:
+        manifest = Manifest.from_json(name, store.get_bytes(job_key(job_id, f"{CHECKPOINTS}/{manifest_key(name)}")))
+        listing = store.list(job_key(job_id, f"{CHECKPOINTS}/{name}"))
+        if not complete(manifest, {f"{name}/{key}": size for key, size in listing.items()}):
+            raise ManifestError(f"checkpoint {name}: not every file is in the store")
+        files = [f"{CHECKPOINTS}/{name}/{'/'.join(artifacts.plain_parts(relative))}" for relative in sorted(manifest.files)]
+    except (NotInStore, ManifestError, FileNotFoundError):  # FileNotFoundError: the manifest names a path outside it
+        raise FileUnavailable(f"job {job_id}: the checkpoint of step {ckpt.step} is not complete in the object store (yet)"
+                              "; a file checkpoint downloads from /weights") from None
+    if len(files) > MAX_FILES:
+        raise FileUnavailable(f"job {job_id}: the checkpoint of step {ckpt.step} has more than {MAX_FILES} files")
+    return files
+
+
+def _open(settings: Settings, job_id: str, relative: str, ckpt: Checkpoint) -> tuple[BinaryIO, int, int]:
+    """The file opened, its size and its time: a local file's from its descriptor, a stored one's as listed, with the
+    checkpoint's time. FileNotFoundError when it is gone."""
+    store = store_for(settings)
+    if store is not None:
+        f = open_stored(store, job_key(job_id, relative))
+        return f, size_of(f), int(ckpt.created_at.timestamp())
+    f = artifacts.open_file(settings, job_id, relative)
+    st = os.fstat(f.fileno())
+    return f, st.st_size, int(st.st_mtime)
+
+
+def tar_stream(settings: Settings, job_id: str, ckpt: Checkpoint, files: list[str]) -> Iterator[bytes]:
     """The files as a tar archive, named under the checkpoint directory's own name."""
-    base = Path(checkpoint_path).parent
+    base = Path(ckpt.path).parent
     for relative in files:
         try:
-            f = artifacts.open_file(settings, job_id, relative)
+            f, size, mtime = _open(settings, job_id, relative, ckpt)
         except FileNotFoundError:
             continue  # deleted or swapped for a link since it was listed
         with f:
-            size = os.fstat(f.fileno()).st_size
             info = tarfile.TarInfo(str(Path(relative).relative_to(base)))
-            info.size, info.mode, info.mtime = size, 0o644, int(os.fstat(f.fileno()).st_mtime)
+            info.size, info.mode, info.mtime = size, 0o644, mtime
             yield info.tobuf(format=tarfile.PAX_FORMAT)
             left = size
             while left > 0:

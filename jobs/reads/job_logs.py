@@ -6,20 +6,26 @@ The ranks write them (trainer/rank_output.py) inside torchrun's log directory ``
     ranks.log, ranks-node-<n>.log               every rank of a node, lines prefixed "[rank R] "
     <run id>/attempt_<restart>/<local rank>/    output.log (stdout and stderr as printed), stdout.log, stderr.log
     launcher.log, launcher-node-<n>.log         torchrun's own output (the worker's redirection)
+
+With an object store (TORCHYARD_STORAGE_URL) they are read from the store only, where the worker uploads them
+(stored_logs.py), never from the API's runs directory.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
+from typing import BinaryIO
 
 import sqlalchemy as sa
 from sqlmodel import Session
 
-from jobs.reads import artifacts, cursors
+from jobs.reads import artifacts, cursors, stored_logs
 from jobs.reads.artifacts import FileUnavailable
 from jobs.reads.job_lookup import get_job
 from jobs.settings import Settings
+from jobs.storage.store import store_for
+from jobs.storage.stored_file import open_stored
 from jobs.store.models import Job, Status
 from jobspec.rank_logs import MERGED_LOG, OUTPUT_LOG
 
@@ -57,7 +63,13 @@ def files(settings: Settings, job_id: str, attempt: int, rank: str | None, strea
 
     ``rank`` None: the merged logs of all nodes (node 0 first); ``"launcher"``: torchrun's log; a number:
     that rank's ``stream`` of the newest torchrun restart, ``output`` (as printed) by default, falling back
-    to stderr for a rank that died before it could set up its output (its Python did not start)."""
+    to stderr for a rank that died before it could set up its output (its Python did not start).
+
+    With an object store, the names are those of its listing (StoreError when it does not answer)."""
+    store = store_for(settings)
+    if store is not None:
+        return stored_logs.files(store, job_id, attempt, None if rank in (None, LAUNCHER) else int(rank), stream,
+                                 launcher=rank == LAUNCHER)
     if rank == LAUNCHER:
         launcher = artifacts.log_file(settings, job_id, attempt, None)
         return [launcher] if launcher is not None else []
@@ -79,6 +91,23 @@ def files(settings: Settings, job_id: str, attempt: int, rank: str | None, strea
         elif match:
             found.append((int(match.group(1)), path.name))
     return [f"{base}/{name}" for _, name in sorted(found)]
+
+
+def open_logs(settings: Settings, job_id: str, relatives: list[str]) -> list[tuple[str, BinaryIO]]:
+    """The files of ``relatives`` that open, in order: from the object store when there is one (each as it is now:
+    open it again to see what a later upload added), else by ``artifacts.open_file`` (no symlink followed, no file
+    of several links). StoreError when the store does not answer."""
+    store = store_for(settings)
+    opened: list[tuple[str, BinaryIO]] = []
+    for relative in relatives:
+        try:
+            if store is not None:
+                opened.append((relative, open_stored(store, stored_logs.key_of(job_id, relative))))
+            else:
+                opened.append((relative, artifacts.open_file(settings, job_id, relative, single_link=True)))
+        except FileNotFoundError:
+            continue
+    return opened
 
 
 # ------------------------------------------------------------ where a followed log resumes
