@@ -29,6 +29,7 @@ from bench import (
     dispatch,
     ingest_bench,
     model_parallel,
+    object_store,
     queued_dispatch,
     read_path,
     report,
@@ -56,6 +57,7 @@ SUITES: dict[str, Callable[[Ctx], dict[str, Any]]] = {
     "scheduler": scheduler.scheduler,  # 11: the placement policy alone: one pass, and a trace replay against FIFO
     "queued_dispatch": queued_dispatch.queued_dispatch,  # 11c: POST -> running with 1,000 jobs queued, real service
     "sweeps": sweeps.sweeps,  # 12: ASHA of 27 trials against all 27 to the end (measured curves, simulated hosts)
+    "object_store": object_store.object_store,  # 13: a 1 GiB checkpoint up to an S3 server and down, against boto3's own
 }
 
 

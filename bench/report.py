@@ -181,6 +181,14 @@ def rows(results: dict[str, Any]) -> list[Row]:
                         f"{_n(s[key]['samples_per_s'], 1)} samples/s; {_n(s[key]['max_params_per_rank'])} params/rank "
                         f"({_r(s[key]['params_fraction'])} of the model)",
                         "" if key == "ddp" else f"samples/s vs DDP {_r(r[f'{key}/ddp samples_per_s'])}"))
+    if o := results.get("object_store"):
+        s, r, cfg = o["summary"], o["ratios"], o["config"]
+        for key, label in (("torchyard_up", "upload, worker (manifest last)"), ("boto3_up", "upload, boto3 upload_file"),
+                           ("torchyard_down", "resume download, worker (verified)"), ("boto3_down", "download, boto3 download_file")):
+            ratio = {"torchyard_up": f"boto3/worker time {_r(r['upload torchyard/boto3'])}",
+                     "torchyard_down": f"boto3/worker time {_r(r['download torchyard/boto3'])}"}.get(key, "")
+            out.append(("13 object storage", f"{_n(cfg['checkpoint_mib'])} MiB checkpoint, {label}",
+                        f"{_n(s[key]['median_s'], 2)} s; {_n(s[key]['mib_per_s'])} MiB/s", ratio))
     return out
 
 
