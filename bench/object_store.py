@@ -61,7 +61,7 @@ def _timed(fn: Any, *args: Any) -> float:
 def object_store(ctx: Ctx) -> dict[str, Any]:
     shard_mib, rounds = (64, 2) if ctx.quick else (512, 3)
     work = ctx.work / "object_store"
-    server = SeaweedServer(work / "server", ACCESS, SECRET, "bench").start()
+    server = SeaweedServer(work / "server", ACCESS, SECRET, "bench", volumes=100).start()
     os.environ.update({"AWS_ACCESS_KEY_ID": ACCESS, "AWS_SECRET_ACCESS_KEY": SECRET, "AWS_DEFAULT_REGION": "us-east-1"})
     try:
         store = ObjectStore(parse("s3://bench/runs"), server.endpoint)

@@ -66,6 +66,8 @@ class SeaweedServer:
     bucket: str
     host: str = "127.0.0.1"
     s3_port: int = 0
+    # Volumes of 256 MB each: what it can hold before a write fails (deleted objects free theirs only once vacuumed).
+    volumes: int = 20
     proc: subprocess.Popen[bytes] | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
@@ -99,7 +101,7 @@ class SeaweedServer:
         return [binary, "server", f"-dir={root / 'data'}", "-ip=127.0.0.1", f"-ip.bind={self.host}",
                 f"-master.port={p['master']}", f"-master.port.grpc={g['master']}", "-master.electionTimeout=1s",
                 "-master.volumeSizeLimitMB=256", f"-volume.port={p['volume']}", f"-volume.port.grpc={g['volume']}",
-                "-volume.max=20", f"-filer.port={p['filer']}", f"-filer.port.grpc={g['filer']}",
+                f"-volume.max={self.volumes}", f"-filer.port={p['filer']}", f"-filer.port.grpc={g['filer']}",
                 "-s3", f"-s3.port={p['s3']}", f"-s3.port.grpc={g['s3']}", f"-s3.config={self.config}",
                 # Nothing else listens, and nothing is reported anywhere.
                 "-s3.port.iceberg=0", "-s3.port.lance=0", "-master.telemetry=false", "-volume.minFreeSpace=1GiB",
