@@ -51,8 +51,9 @@ install-test: install-torch
 	$(MAKE) install-client PYTHON=$(PYTHON)
 
 # Three test files at a time (pytest-xdist; each file whole in one process, so its module fixtures start once):
-# 16 min of pytest on 2 cores (1,045 tests, a clean clone, caches of earlier runs kept) against 33+ one after another, since most of a slow test's time is waiting for torchrun,
-# the API or a worker to start. TEST_PROCESSES=0: pytest's own single process.
+# 21 min of pytest on 2 cores (1,102 tests, a clean clone, caches of earlier runs kept; 23 at load 4-5, 35 at load 10-13),
+# since most of a slow test's time is waiting for torchrun, the API or a worker to start. TEST_PROCESSES=0: pytest's own
+# single process.
 TEST_PROCESSES ?= 3
 
 test: install-test
