@@ -125,9 +125,7 @@ def _run_script(services: Services, script: str, requirements: list[str]) -> dic
         created = client.post("/v1/jobs", json={"kind": "script", "name": "tb", "entrypoint": "train.py",
                                                 "parallel": {"nproc_per_node": 1}, "requirements": requirements})
         assert created.status_code == 201, created.text
-        # The job's own environment is built from the package index first (tensorboard and what it needs): a minute
-        # or two idle, several at load 8.
-        job = services.wait_status(client, created.json()["id"], {"succeeded", "failed", "cancelled"}, timeout_s=900)
+        job = services.wait_status(client, created.json()["id"], {"succeeded", "failed", "cancelled"}, timeout_s=300)
         assert job["status"] == "succeeded", job["error"]
         job["loss"] = client.get(f"/v1/jobs/{job['id']}/metrics", params={"name": "loss"}).json()["items"]
     return job
