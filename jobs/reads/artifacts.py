@@ -89,11 +89,13 @@ def open_file(settings: Settings, job_id: str, relative: str, *, single_link: bo
     return open_under(job_dir(settings, job_id), relative, single_link=single_link)
 
 
-def open_kept(settings: Settings, job_id: str, relative: str) -> BinaryIO:
-    """A file a finished job keeps (weights, artifacts): with an object store (TORCHYARD_STORAGE_URL) read from the
-    store only, never from a worker's path; else ``open_file``. FileNotFoundError when it is not there."""
+def open_kept(settings: Settings, job_id: str, relative: str, *, single_link: bool = False) -> BinaryIO:
+    """A file of the job's run directory the API serves (weights, artifacts, logs, checkpoint files): with an object
+    store (TORCHYARD_STORAGE_URL) read from the store only, never from a worker's path (as it is now: open it again to
+    see what a later upload added; StoreError when the store does not answer); else ``open_file``.
+    FileNotFoundError when it is not there."""
     if settings.storage_url is None:
-        return open_file(settings, job_id, relative)
+        return open_file(settings, job_id, relative, single_link=single_link)
     # Imported here: jobs.storage uses this module's open_under for what it uploads.
     from jobs.storage.checkpoints import job_key
     from jobs.storage.store import store_for

@@ -24,10 +24,10 @@ from jobs.reads import artifacts
 from jobs.reads.artifacts import FileUnavailable
 from jobs.reads.job_lookup import checkpoints, get_job
 from jobs.settings import Settings
-from jobs.storage.checkpoints import CHECKPOINTS, job_key
-from jobs.storage.manifest import Manifest, ManifestError, complete, manifest_key
+from jobs.storage.checkpoints import CHECKPOINTS, complete_stored
+from jobs.storage.manifest import ManifestError
 from jobs.storage.store import NotInStore, ObjectStore, store_for
-from jobs.storage.stored_file import open_stored, size_of
+from jobs.storage.stored_file import size_of
 from jobs.store.models import Checkpoint
 
 MAX_FILES = 10_000
@@ -70,10 +70,7 @@ def _stored_tree(store: ObjectStore, job_id: str, ckpt: Checkpoint) -> list[str]
                               f"only the run's {CHECKPOINTS}/ directories are uploaded")
     name = parts[1]
     try:
-        manifest = Manifest.from_json(name, store.get_bytes(job_key(job_id, f"{CHECKPOINTS}/{manifest_key(name)}")))
-        listing = store.list(job_key(job_id, f"{CHECKPOINTS}/{name}"))
-        if not complete(manifest, {f"{name}/{key}": size for key, size in listing.items()}):
-            raise ManifestError(f"checkpoint {name}: not every file is in the store")
+        manifest = complete_stored(store, job_id, name)
         files = [f"{CHECKPOINTS}/{name}/{'/'.join(artifacts.plain_parts(relative))}" for relative in sorted(manifest.files)]
     except (NotInStore, ManifestError, FileNotFoundError):  # FileNotFoundError: the manifest names a path outside it
         raise FileUnavailable(f"job {job_id}: the checkpoint of step {ckpt.step} is not complete in the object store (yet)"
@@ -86,11 +83,9 @@ def _stored_tree(store: ObjectStore, job_id: str, ckpt: Checkpoint) -> list[str]
 def _open(settings: Settings, job_id: str, relative: str, ckpt: Checkpoint) -> tuple[BinaryIO, int, int]:
     """The file opened, its size and its time: a local file's from its descriptor, a stored one's as listed, with the
     checkpoint's time. FileNotFoundError when it is gone."""
-    store = store_for(settings)
-    if store is not None:
-        f = open_stored(store, job_key(job_id, relative))
+    f = artifacts.open_kept(settings, job_id, relative)
+    if settings.storage_url is not None:
         return f, size_of(f), int(ckpt.created_at.timestamp())
-    f = artifacts.open_file(settings, job_id, relative)
     st = os.fstat(f.fileno())
     return f, st.st_size, int(st.st_mtime)
 

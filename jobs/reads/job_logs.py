@@ -25,7 +25,6 @@ from jobs.reads.artifacts import FileUnavailable
 from jobs.reads.job_lookup import get_job
 from jobs.settings import Settings
 from jobs.storage.store import store_for
-from jobs.storage.stored_file import open_stored
 from jobs.store.models import Job, Status
 from jobspec.rank_logs import MERGED_LOG, OUTPUT_LOG
 
@@ -94,17 +93,12 @@ def files(settings: Settings, job_id: str, attempt: int, rank: str | None, strea
 
 
 def open_logs(settings: Settings, job_id: str, relatives: list[str]) -> list[tuple[str, BinaryIO]]:
-    """The files of ``relatives`` that open, in order: from the object store when there is one (each as it is now:
-    open it again to see what a later upload added), else by ``artifacts.open_file`` (no symlink followed, no file
-    of several links). StoreError when the store does not answer."""
-    store = store_for(settings)
+    """The files of ``relatives`` that open, in order (``artifacts.open_kept``: from the object store when there is
+    one, else no symlink followed and no file of several links). StoreError when the store does not answer."""
     opened: list[tuple[str, BinaryIO]] = []
     for relative in relatives:
         try:
-            if store is not None:
-                opened.append((relative, open_stored(store, stored_logs.key_of(job_id, relative))))
-            else:
-                opened.append((relative, artifacts.open_file(settings, job_id, relative, single_link=True)))
+            opened.append((relative, artifacts.open_kept(settings, job_id, relative, single_link=True)))
         except FileNotFoundError:
             continue
     return opened

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from jobs.reads.artifacts import LAUNCHER_LOG, MAX_LISTED, plain_parts
+from jobs.reads.artifacts import LAUNCHER_LOG, MAX_LISTED
 from jobs.storage.checkpoints import job_key
 from jobs.storage.store import NotInStore, ObjectStore
 from jobspec.rank_logs import MERGED_LOG, RANK_MARK
@@ -92,8 +92,3 @@ def files(store: ObjectStore, job_id: str, attempt: int, rank: int | None, strea
         if f"{folder}/{wanted}.log" in found:
             return [f"{base}/{folder}/{wanted}.log"]
     return []
-
-
-def key_of(job_id: str, relative: str) -> str:
-    """The object key of a log's path in the run directory; FileNotFoundError for one that would leave it."""
-    return job_key(job_id, "/".join(plain_parts(relative)))

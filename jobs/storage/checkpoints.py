@@ -13,7 +13,7 @@ import stat
 from pathlib import Path
 
 from jobs.reads.artifacts import open_under, plain_parts
-from jobs.storage.manifest import MANIFEST_NAME, Manifest, ManifestError, manifest_key, newest_complete, step_of
+from jobs.storage.manifest import MANIFEST_NAME, Manifest, ManifestError, complete, manifest_key, newest_complete, step_of
 from jobs.storage.store import NotInStore, ObjectStore, StoreError
 
 log = logging.getLogger(__name__)
@@ -71,6 +71,16 @@ def stored_checkpoints(store: ObjectStore, job_id: str) -> tuple[list[Manifest],
         except (ManifestError, NotInStore) as exc:  # deleted since the listing, or not ours: not a checkpoint
             log.warning("job %s: %s", job_id, exc, extra={"job_id": job_id})
     return manifests, listing
+
+
+def complete_stored(store: ObjectStore, job_id: str, name: str) -> Manifest:
+    """The manifest of checkpoint ``checkpoints/<name>`` once it is complete in the store; NotInStore when its
+    manifest is not there, ManifestError when it cannot be read or a file it names is missing or of another size."""
+    manifest = Manifest.from_json(name, store.get_bytes(job_key(job_id, f"{CHECKPOINTS}/{manifest_key(name)}")))
+    listing = store.list(job_key(job_id, f"{CHECKPOINTS}/{name}"))
+    if not complete(manifest, {f"{name}/{key}": size for key, size in listing.items()}):
+        raise ManifestError(f"checkpoint {name}: not every file is in the store")
+    return manifest
 
 
 def newest_stored(store: ObjectStore, job_id: str) -> Manifest | None:
