@@ -90,14 +90,11 @@ def _postgres_database() -> Iterator[str]:
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
-def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """Each test that asks for it runs once per database; PostgreSQL only where it answers."""
     if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'torchyard.db'}"
-        return
-    if not POSTGRES:
-        pytest.skip("PostgreSQL does not answer at 127.0.0.1:5432")
-    yield from _postgres_database()
+        return f"sqlite:///{tmp_path / 'torchyard.db'}"
+    return request.getfixturevalue("postgres_url")
 
 
 @pytest.fixture

@@ -24,8 +24,6 @@ SPEC = {
 }
 
 
-
-
 def test_a_jobs_checkpoints_events_and_logs_are_in_the_store_when_it_succeeds(services: Services, s3: SeaweedS3) -> None:
     settings = services.settings
     store_env = {"TORCHYARD_STORAGE_URL": settings.storage_url or "", "TORCHYARD_S3_ENDPOINT_URL": s3.endpoint,
