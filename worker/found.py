@@ -43,6 +43,11 @@ class Found:
         self.stored: dict[Path, tuple[float, int | None]] = {}  # checkpoints stored: their mtime and step
         self._next_scan = 0.0
 
+    def recorded(self) -> list[tuple[str, float, int | None]]:
+        """The checkpoints stored in the job table so far: path in the run directory, time written, step (a copy: the
+        uploads thread reads it while this one adds to it)."""
+        return [(p.relative_to(self.run_dir).as_posix(), mtime, step) for p, (mtime, step) in list(self.stored.items())]
+
     def checkpoints(self, settled: bool = False, wait: bool = False) -> list[checkpoints_found.FoundCkpt]:
         """Complete checkpoints in the run directory now, oldest first. ``settled``: the ranks have ended, so nothing
         is still being written and a file saved in their last second counts (a cut-off torch.save file still does not).

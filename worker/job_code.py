@@ -5,11 +5,14 @@ become ``setup_error``."""
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 from jobs.code_bundles import files as bundles
+from jobs.code_bundles import stored as stored_bundles
 from jobs.settings import Settings
+from jobs.storage.store import StoreError
 from jobs.store.models import Job
 from jobspec.spec import JobSpec, ScriptJobSpec
 from worker import venvs, workdir
@@ -19,7 +22,29 @@ log = logging.getLogger(__name__)
 
 REQUIREMENTS_LOG = "requirements.log"  # pip's output, next to the attempt's launcher log
 
+FETCH_WAIT_S = 120.0  # how long a start waits for an object store that does not answer before the job fails
+_RETRY_S = 1.0
+
 __all__ = ["REQUIREMENTS_LOG", "SetupFailed", "SetupInterrupted", "prepare"]
+
+
+def _fetch_bundle(settings: Settings, owner: str, digest: str, run_dir: Path, keep_going: Callable[[], bool]) -> None:
+    """On a host that does not share the API's bundles directory, the archive from the object store (a no-op where the
+    job's code is unpacked already, the archive is here, or there is no store)."""
+    if settings.storage_url is None or (run_dir / bundles.CODE_DIR_NAME).is_dir():
+        return
+    deadline = time.monotonic() + FETCH_WAIT_S
+    while True:
+        try:
+            stored_bundles.fetch(settings, owner, digest)
+            return
+        except StoreError as exc:
+            if not keep_going():
+                raise SetupInterrupted() from exc
+            if time.monotonic() > deadline:
+                raise SetupFailed(f"code bundle {digest}: not on this host, and the object store did not answer "
+                                  f"for {FETCH_WAIT_S:.0f}s ({exc})") from exc
+            time.sleep(_RETRY_S)
 
 
 def prepare(settings: Settings, job: Job, spec: JobSpec | ScriptJobSpec, run_dir: Path, keep_going: Callable[[], bool]) -> None:
@@ -28,6 +53,7 @@ def prepare(settings: Settings, job: Job, spec: JobSpec | ScriptJobSpec, run_dir
     if not isinstance(spec, ScriptJobSpec):
         return
     if spec.code is not None:
+        _fetch_bundle(settings, job.owner, spec.code, run_dir, keep_going)
         try:
             bundles.unpack_for_job(settings, job.owner, spec.code, run_dir)
         except (bundles.BundleMissing, bundles.BundleRefused) as exc:

@@ -158,11 +158,14 @@ class Supervisor:
         try:
             attempt_dir.prepare(run_dir, job.attempt, spec, job.resume_from)
             # What a resume needs that this host lacks, from the object store; then its uploads in the background.
-            uploads.restore(self.settings, job.id, run_dir, keep_going=lambda: self._setup_keep_going(job))
-            self.uploads = uploads.Uploads.of(self.settings, job.id, run_dir)
+            notes = [uploads.restore(self.settings, job.id, run_dir, keep_going=lambda: self._setup_keep_going(job))]
+            self.uploads = uploads.Uploads.of(self.settings, job.id, run_dir, found=lambda: self.intake.found.recorded())
             self.uploads.start()
             # the uploaded bundle and the requirements environment (worker/job_code.py)
             job_code.prepare(self.settings, job, spec, run_dir, keep_going=lambda: self._setup_keep_going(job))
+            if self.intake.found.enabled:  # a script's own checkpoints go into its working directory, made just now
+                notes.append(uploads.restore_found(self.settings, job.id, run_dir,
+                                                   keep_going=lambda: self._setup_keep_going(job)))
             self.identity = self.lease.db(lambda: self.isolation.take(self.session, job.id, job.attempt, run_dir), "leasing a uid")
         except NoFreeUid as exc:
             return self._not_started(Stop(Why.NO_FREE_UID, failure=Failure(ErrorType.INTERNAL, str(exc), None, None)))
@@ -181,8 +184,8 @@ class Supervisor:
         # A resuming attempt of a script gets its resume_args with the latest checkpoint found (worker/found.py).
         resume = resume_arguments(spec, self.intake.found, job.attempt > 1 or bool(job.resume_from), job.resume_from)
         self.spec, self.resumed_step = resume.spec, resume.step
-        if resume.note:
-            verdict_record.note_attempt(self.lease, job, resume.note)
+        if note := "; ".join(n for n in (*notes, resume.note) if n):
+            verdict_record.note_attempt(self.lease, job, note)
         return None
 
     def _setup_keep_going(self, job: Job) -> bool:

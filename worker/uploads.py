@@ -20,10 +20,13 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from jobs.reads.artifacts import ARTIFACTS_DIR, open_under, single_files
+from jobs.reads.workdir_files import list_written
 from jobs.settings import Settings
 from jobs.storage import checkpoints as stored
+from jobs.storage import found_checkpoints
 from jobs.storage.manifest import manifest_key, step_of
 from jobs.storage.store import ObjectStore, StoreError, store_for
 from torchyard.atomic import write_atomic
@@ -38,23 +41,30 @@ _RETRY_S = 1.0  # between tries while the store does not answer
 SUCCESS_WAIT_S = 600.0
 OTHER_WAIT_S = 30.0
 RESTORE_WAIT_S = 120.0  # how long a start waits for the store before it resumes from what its host has
+MAX_WORKDIR_FILES = 100_000  # of a script's working directory, uploaded at the end
+
+Recorded = Callable[[], list[tuple[str, float, int | None]]]  # worker/found.py: Found.recorded
+T = TypeVar("T")
 
 
 class Uploads:
     """One attempt's uploads; a no-op without a store."""
 
-    def __init__(self, store: ObjectStore | None, job_id: str, run_dir: Path, interval_s: float = 5.0):
+    def __init__(self, store: ObjectStore | None, job_id: str, run_dir: Path, interval_s: float = 5.0,
+                 found: Recorded = list):
         self.store, self.job_id, self.run_dir, self.interval_s = store, job_id, run_dir, interval_s
+        self.found = found  # a script's own checkpoints, as the job table records them
         self.sent: dict[str, tuple[int, int]] = {}  # path in the run directory -> (size, mtime_ns) as uploaded
         self.checkpoints_sent: set[str] = set()
+        self.found_sent: dict[str, float] = {}  # path of a found checkpoint -> the time of the version uploaded
         self.failing = False  # the last pass failed: logged once per outage
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.extra = {"job_id": job_id}
 
     @classmethod
-    def of(cls, settings: Settings, job_id: str, run_dir: Path) -> Uploads:
-        return cls(store_for(settings), job_id, run_dir, settings.storage_sync_interval_s)
+    def of(cls, settings: Settings, job_id: str, run_dir: Path, found: Recorded = list) -> Uploads:
+        return cls(store_for(settings), job_id, run_dir, settings.storage_sync_interval_s, found)
 
     def start(self) -> None:
         if self.store is not None and self._thread is None:
@@ -94,6 +104,7 @@ class Uploads:
         """One pass: what changed goes up. False when the store failed (the next pass tries again)."""
         try:
             self._checkpoints()
+            self._found()
             self._files(final)
         except StoreError as exc:
             if not self.failing:
@@ -129,13 +140,29 @@ class Uploads:
                         continue  # still there: try again next pass
             self.checkpoints_sent.add(name)
 
+    def _found(self) -> None:
+        """A script's own checkpoints (nanoGPT's out/ckpt.pt, a Trainer's checkpoint-N/), each version once."""
+        assert self.store is not None
+        for relative, mtime, step in self.found():
+            if self.found_sent.get(relative) == mtime:
+                continue
+            try:
+                sent = found_checkpoints.upload_found(self.store, self.job_id, self.run_dir, relative, mtime, step)
+            except OSError as exc:  # pruned by the framework, or saved again: the newer version is recorded and sent
+                log.info("job %s: found checkpoint %s not uploaded: %s", self.job_id, relative, exc, extra=self.extra)
+            else:
+                self.sent.update(sent or {})
+            self.found_sent[relative] = mtime
+
     def _files(self, final: bool) -> None:
-        """The events file, error files and logs (and at the end the artifacts) whose size or time changed."""
+        """The events file, error files and logs (and at the end the artifacts and what a script wrote in its working
+        directory) whose size or time changed."""
         candidates: list[str] = [name for name in _TOP_FILES if (self.run_dir / name).is_file()]
         candidates += [p.name for p in self.run_dir.glob("error-node-*.json")]
         candidates += [f"logs/{rel}" for rel, _st in single_files(self.run_dir / "logs")]
         if final:
             candidates += [f"{ARTIFACTS_DIR}/{rel}" for rel, _st in single_files(self.run_dir / ARTIFACTS_DIR)]
+            candidates += [path for path, _size, _mtime in list_written(self.run_dir, MAX_WORKDIR_FILES)]
         assert self.store is not None
         for relative in candidates:
             try:
@@ -149,25 +176,46 @@ class Uploads:
             self.sent[relative] = (st.st_size, st.st_mtime_ns)
 
 
+def _with_store(settings: Settings, job_id: str, what: Callable[[ObjectStore], T], keep_going: Callable[[], bool],
+                wait_s: float) -> tuple[T | None, str | None]:
+    """``what`` with the store, tried again while the store does not answer, for up to ``wait_s`` (``keep_going`` False
+    stops the wait): its result, or a note for the attempt when the store could not be read (the attempt goes on with
+    what this host has). (None, None) without a store."""
+    store = store_for(settings)
+    if store is None:
+        return None, None
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return what(store), None
+        except StoreError as exc:
+            if time.monotonic() > deadline or not keep_going():
+                note = f"the object store could not be read before the start ({exc}); resumed from what this host has"
+                log.warning("job %s: %s", job_id, note, extra={"job_id": job_id})
+                return None, note
+            time.sleep(_RETRY_S)
+
+
 def restore(settings: Settings, job_id: str, run_dir: Path, keep_going: Callable[[], bool],
             wait_s: float = RESTORE_WAIT_S) -> str | None:
     """Before the ranks start: bring down from the store what this host's run directory lacks for a resume, waiting up
     to ``wait_s`` for a store that does not answer (``keep_going`` False stops the wait). Returns a note for the
     attempt when the store could not be read (the attempt goes on with what this host has), else None."""
-    store = store_for(settings)
-    if store is None:
-        return None
-    deadline = time.monotonic() + wait_s
-    while True:
-        try:
-            _restore(store, job_id, run_dir)
-            return None
-        except StoreError as exc:
-            if time.monotonic() > deadline or not keep_going():
-                note = f"the object store could not be read before the start ({exc}); resumed from what this host has"
-                log.warning("job %s: %s", job_id, note, extra={"job_id": job_id})
-                return note
-            time.sleep(_RETRY_S)
+    return _with_store(settings, job_id, lambda store: _restore(store, job_id, run_dir), keep_going, wait_s)[1]
+
+
+def restore_found(settings: Settings, job_id: str, run_dir: Path, keep_going: Callable[[], bool],
+                  wait_s: float = RESTORE_WAIT_S) -> str | None:
+    """A script's: once its working directory is made, the newest complete checkpoint its framework wrote, from the
+    store (jobs/storage/found_checkpoints.py); a note as ``restore`` gives one. A link the job planted where the
+    checkpoint goes leaves it out, said in the note."""
+    try:
+        return _with_store(settings, job_id, lambda store: found_checkpoints.restore_found(store, job_id, run_dir),
+                           keep_going, wait_s)[1]
+    except OSError as exc:
+        note = f"the checkpoint in the object store was not restored: {exc}"
+        log.warning("job %s: %s", job_id, note, extra={"job_id": job_id})
+        return note
 
 
 def _restore(store: ObjectStore, job_id: str, run_dir: Path) -> None:

@@ -24,9 +24,7 @@ from api import ranges
 from api.auth import PrincipalDep
 from api.deps import SessionDep, SettingsDep
 from api.errors import responses
-from jobs.reads import artifacts, job_lookup, workdir_files
-from jobs.storage.checkpoints import job_key
-from jobs.storage.store import store_for
+from jobs.reads import artifact_files, artifacts, job_lookup
 from jobs.storage.stored_file import size_of
 
 router = APIRouter(prefix="/v1/jobs", tags=["artifacts"])
@@ -54,20 +52,9 @@ class ArtifactList(BaseModel):
             summary="Files under the run's artifacts/ directory and those the job wrote in its working directory, by path")
 def list_artifacts(job_id: JobId, principal: PrincipalDep, session: SessionDep, settings: SettingsDep) -> ArtifactList:
     job = job_lookup.get_job(session, principal.owner, job_id)
-    run_dir = artifacts.job_dir(settings, job.id)
-    if settings.storage_url is not None:  # the store's copy, never a worker's path
-        stored = store_for(settings).entries(job_key(job.id, artifacts.ARTIFACTS_DIR), artifacts.MAX_LISTED + 1)  # type: ignore[union-attr]
-        items = [ArtifactOut(path=p, size_bytes=size, modified=datetime.fromtimestamp(mtime, timezone.utc))
-                 for p, (size, mtime) in stored.items()][:artifacts.MAX_LISTED]
-        return ArtifactList(items=items, truncated=len(stored) > artifacts.MAX_LISTED)
-    found = artifacts.list_artifacts(run_dir, artifacts.MAX_LISTED + 1)
-    written = workdir_files.list_written(run_dir, artifacts.MAX_LISTED + 1)
-    truncated = len(found) > artifacts.MAX_LISTED or len(written) > artifacts.MAX_LISTED
-    merged = {p: (size, mtime) for p, size, mtime in written[:artifacts.MAX_LISTED]}
-    merged.update({p: (size, mtime) for p, size, mtime in found[:artifacts.MAX_LISTED]})  # artifacts/ wins, as served
-    items = [ArtifactOut(path=p, size_bytes=size, modified=datetime.fromtimestamp(mtime, timezone.utc))
-             for p, (size, mtime) in sorted(merged.items())]
-    return ArtifactList(items=items, truncated=truncated)
+    listed, truncated = artifact_files.list_files(settings, job.id)
+    return ArtifactList(items=[ArtifactOut(path=p, size_bytes=size, modified=datetime.fromtimestamp(mtime, timezone.utc))
+                               for p, (size, mtime) in listed.items()], truncated=truncated)
 
 
 @router.get("/{job_id}/artifacts/{path:path}", response_class=StreamingResponse, responses=_FILE,
@@ -75,19 +62,11 @@ def list_artifacts(job_id: JobId, principal: PrincipalDep, session: SessionDep, 
 def get_artifact(job_id: JobId, path: ArtifactPath, principal: PrincipalDep, session: SessionDep,
                  settings: SettingsDep, range_header: ranges.RangeHeader = None) -> StreamingResponse:
     job = job_lookup.get_job(session, principal.owner, job_id)
-    run_dir = artifacts.job_dir(settings, job.id)
     try:
-        if settings.storage_url is not None:  # uploaded when the job ended (worker/uploads.py)
-            f = artifacts.open_kept(settings, job.id, f"{artifacts.ARTIFACTS_DIR}/{path}")
-        else:
-            f = artifacts.open_artifact(run_dir, path)
+        f = artifact_files.open_file(settings, job.id, path)
     except FileNotFoundError:
-        if settings.storage_url is not None:
-            raise artifacts.FileUnavailable(f"job {job_id} has no artifact {path!r} in the object store") from None
-        try:
-            f = workdir_files.open_written(run_dir, path)
-        except FileNotFoundError:
-            raise artifacts.FileUnavailable(f"job {job_id} has no artifact {path!r}") from None
+        where = " in the object store" if settings.storage_url is not None else ""
+        raise artifacts.FileUnavailable(f"job {job_id} has no artifact {path!r}{where}") from None
     size = size_of(f)
     name = _SAFE_NAME.sub("_", path.rsplit("/", 1)[-1])
     media = mimetypes.guess_type(name)[0] if not name.endswith(".gz") else "application/gzip"

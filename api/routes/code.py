@@ -13,6 +13,7 @@ from api.auth import PrincipalDep
 from api.deps import SettingsDep
 from api.errors import problem, responses
 from jobs.code_bundles import files as bundles
+from jobs.code_bundles import stored as stored_bundles
 
 router = APIRouter(prefix="/v1/code", tags=["code"])
 
@@ -46,6 +47,7 @@ async def upload_code(
 ) -> CodeBundleOut:
     if digest is not None and await run_in_threadpool(bundles.exists, settings, principal.owner, digest):
         response.status_code = 200
+        await run_in_threadpool(stored_bundles.publish, settings, principal.owner, digest)
         return CodeBundleOut.of(await run_in_threadpool(bundles.info, settings, principal.owner, digest))
     encoding = (content_encoding or "identity").strip().lower()
     if encoding not in ("identity", "gzip"):
@@ -61,6 +63,8 @@ async def upload_code(
         stored = await run_in_threadpool(upload.finish, digest)
     finally:
         await run_in_threadpool(upload.abort)
+    # Workers on hosts that do not share this disk take the archive from the object store (a no-op without one).
+    await run_in_threadpool(stored_bundles.publish, settings, principal.owner, stored.digest)
     response.status_code = 201 if stored.created else 200
     return CodeBundleOut.of(stored)
 

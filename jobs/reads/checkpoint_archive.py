@@ -7,7 +7,8 @@ is served and a file that grows while it is read is cut at the size its header a
 
 With an object store (TORCHYARD_STORAGE_URL) the archive is read from the store only: a checkpoint of the run's
 ``checkpoints/`` once it is there complete (its manifest and every file it names at its size, worker/uploads.py),
-its files as the manifest lists them."""
+its files as the manifest lists them; a script's own directory checkpoint once its found manifest is there complete
+(jobs/storage/found_checkpoints.py)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from jobs.reads import artifacts
 from jobs.reads.artifacts import FileUnavailable
 from jobs.reads.job_lookup import checkpoints, get_job
 from jobs.settings import Settings
+from jobs.storage import found_checkpoints
 from jobs.storage.checkpoints import CHECKPOINTS, complete_stored
 from jobs.storage.manifest import ManifestError
 from jobs.storage.store import NotInStore, ObjectStore, store_for
@@ -65,6 +67,11 @@ def _stored_tree(store: ObjectStore, job_id: str, ckpt: Checkpoint) -> list[str]
     """The files of the checkpoint's complete copy in the store, as its manifest lists them (relative to the run
     directory); FileUnavailable when the store holds no complete copy."""
     parts = PurePosixPath(ckpt.path).parts
+    if ckpt.details.get("found"):  # a script's own directory checkpoint (a Trainer's checkpoint-N/)
+        found = found_checkpoints.stored_tree(store, job_id, ckpt.path)
+        if found is None:
+            raise FileUnavailable(f"job {job_id}: the checkpoint of step {ckpt.step} is not complete in the object store (yet)")
+        return found
     if len(parts) != 2 or parts[0] != CHECKPOINTS or parts[1] in (".", ".."):
         raise FileUnavailable(f"job {job_id}: the checkpoint of step {ckpt.step} ({ckpt.path}) is not in the object store; "
                               f"only the run's {CHECKPOINTS}/ directories are uploaded")

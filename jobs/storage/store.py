@@ -154,6 +154,11 @@ class ObjectStore:
                         return found
         return found
 
+    def delete(self, key: str) -> None:
+        """Delete one object (nothing happens where there is none)."""
+        with self._call("deletion of", key):
+            self.client.delete_object(Bucket=self.url.bucket, Key=self._key(key))
+
     def delete_prefix(self, prefix: str, keep: Collection[str] = ()) -> int:
         """Delete every object under ``prefix`` (a folder) but those ``keep`` names (relative to it); how many were deleted."""
         keys = [f"{prefix.rstrip('/')}/{rel}" for rel in self.list(prefix) if rel not in keep]

@@ -3,16 +3,19 @@ nothing, and a host without the run directory gets back what a resume needs."""
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 
 import pytest
 
 from jobs.settings import Settings
 from jobs.storage import checkpoints as stored
+from jobs.storage import found_checkpoints
 from jobs.storage.store import ObjectStore
 from tests.helpers import wait_until
 from tests.object_store import SeaweedS3
-from worker.uploads import Uploads, restore
+from worker.uploads import Uploads, restore, restore_found
 
 pytestmark = pytest.mark.slow
 
@@ -95,3 +98,53 @@ def test_a_start_waits_for_the_store_then_goes_on_with_what_it_has(s3: SeaweedS3
     finally:
         s3.start()
     assert note is not None and "could not be read" in note and "secret" not in note.lower()
+
+
+def _save(path: Path, data: bytes, mtime: float) -> None:
+    """A file a script saves in place, as nanoGPT's torch.save(..., "out/ckpt.pt") does, at a given time."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    os.utime(path, (mtime, mtime))
+
+
+def test_a_scripts_own_checkpoint_moves_hosts_whole_and_once(s3: SeaweedS3, store: ObjectStore, tmp_path: Path) -> None:
+    host_a, job, now = tmp_path / "a" / "run", "job-script", time.time()
+    ckpt = host_a / "workdir" / "out" / "ckpt.pt"
+    recorded: list[tuple[str, float, int | None]] = []
+    uploads = Uploads(store, job, host_a, found=lambda: list(recorded))
+    _save(ckpt, b"iter 10", now - 20)
+    recorded[:] = [("workdir/out/ckpt.pt", now - 20, 10)]
+    assert uploads.sync()
+    _save(ckpt, b"iter 20!", now - 10)  # saved again in place: a newer version of the same path
+    recorded[:] = [("workdir/out/ckpt.pt", now - 10, 20)]
+    assert uploads.sync()
+    # The next save went up but its manifest never did (the host died between the two): not resumed from.
+    store.put_bytes(stored.job_key(job, "workdir/out/other.pt"), b"cut")
+    assert len(store.list(stored.job_key(job, found_checkpoints.FOUND))) == 1  # the older save's manifest is gone
+
+    settings = Settings(storage_url=f"s3://{store.url.bucket}/{store.url.prefix}", s3_endpoint_url=s3.endpoint)
+    host_b = tmp_path / "b" / "run"
+    (host_b / "workdir").mkdir(parents=True)
+    assert restore_found(settings, job, host_b, keep_going=lambda: True) is None
+    restored = host_b / "workdir" / "out" / "ckpt.pt"
+    assert restored.read_bytes() == b"iter 20!"
+    assert abs(restored.stat().st_mtime - (now - 10)) < 1e-3  # as written: found on host B as the script's own save
+    assert not (host_b / "workdir" / "out" / "other.pt").exists()
+    # Host B's uploads find it already in the store: nothing is sent again.
+    assert found_checkpoints.upload_found(store, job, host_b, "workdir/out/ckpt.pt", restored.stat().st_mtime, 20) is None
+
+
+def test_a_link_the_job_planted_never_takes_a_restore_outside_its_run(s3: SeaweedS3, store: ObjectStore,
+                                                                     tmp_path: Path) -> None:
+    host_a, job = tmp_path / "a" / "run", "job-planted"
+    _save(host_a / "workdir" / "out" / "ckpt.pt", b"weights", time.time() - 5)
+    Uploads(store, job, host_a, found=lambda: [("workdir/out/ckpt.pt", time.time() - 5, 3)]).sync()
+    assert found_checkpoints.newest_found(store, job) is not None
+    settings = Settings(storage_url=f"s3://{store.url.bucket}/{store.url.prefix}", s3_endpoint_url=s3.endpoint)
+    host_b, elsewhere = tmp_path / "b" / "run", tmp_path / "elsewhere"
+    (host_b / "workdir").mkdir(parents=True)
+    elsewhere.mkdir()
+    (host_b / "workdir" / "out").symlink_to(elsewhere)  # left by an earlier attempt of the job on this host
+    note = restore_found(settings, job, host_b, keep_going=lambda: True)
+    assert note is not None and "not restored" in note
+    assert list(elsewhere.iterdir()) == []

@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import os
 import tarfile
+import textwrap
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,6 +17,35 @@ from typing import Any
 import httpx
 
 from tests.helpers import ROOT, Services, assert_resumed_after_a_kill, wait_until
+
+# A nanoGPT-shaped train.py: out/ckpt.pt (a dict holding iter_num) every 10 iters, --init_from=resume reads it back.
+NANOGPT_TRAIN = textwrap.dedent('''
+    import os, sys, time
+    import torch
+    from torch.utils.tensorboard import SummaryWriter
+
+    init_from = "scratch"
+    for arg in sys.argv[1:]:  # nanoGPT's configurator: --key=value overrides
+        key, value = arg.removeprefix("--").split("=", 1)
+        globals()[key] = value
+    max_iters, out_dir = 40, "out"
+    if os.environ.get("APP_FAIL_FIRST") and os.environ["TORCHYARD_ATTEMPT"] == "1":
+        sys.exit("failing before any checkpoint")
+    iter_num = 0
+    if init_from == "resume":
+        iter_num = torch.load(os.path.join(out_dir, "ckpt.pt"), weights_only=True)["iter_num"]
+    print(f"starting at iter {iter_num} (init_from={init_from})", flush=True)
+    os.makedirs(out_dir, exist_ok=True)
+    writer = SummaryWriter(f"tb/attempt{os.environ['TORCHYARD_ATTEMPT']}")
+    while iter_num < max_iters:
+        iter_num += 1
+        writer.add_scalar("loss", 1.0 / iter_num, iter_num)
+        writer.flush()
+        if iter_num % 10 == 0:
+            torch.save({"model": {"w": torch.zeros(4)}, "iter_num": iter_num, "best_val_loss": 1.0},
+                       os.path.join(out_dir, "ckpt.pt"))
+        time.sleep(0.5)
+''')
 
 
 def ranks_path(*modules: ModuleType) -> str:
