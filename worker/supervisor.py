@@ -158,7 +158,8 @@ class Supervisor:
         try:
             attempt_dir.prepare(run_dir, job.attempt, spec, job.resume_from)
             # What a resume needs that this host lacks, from the object store; then its uploads in the background.
-            notes = [uploads.restore(self.settings, job.id, run_dir, keep_going=lambda: self._setup_keep_going(job))]
+            notes = [uploads.restore(self.settings, job.id, run_dir, keep_going=lambda: self._setup_keep_going(job),
+                                     resume_from=job.resume_from if spec.kind == "catalog" else None)]
             self.uploads = uploads.Uploads.of(self.settings, job.id, run_dir, found=lambda: self.intake.found.recorded())
             self.uploads.start()
             # the uploaded bundle and the requirements environment (worker/job_code.py)

@@ -19,7 +19,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TypeVar
 
 from jobs.reads.artifacts import ARTIFACTS_DIR, open_under, single_files
@@ -27,8 +27,8 @@ from jobs.reads.workdir_files import list_written
 from jobs.settings import Settings
 from jobs.storage import checkpoints as stored
 from jobs.storage import found_checkpoints
-from jobs.storage.manifest import manifest_key, step_of
-from jobs.storage.store import ObjectStore, StoreError, store_for
+from jobs.storage.manifest import ManifestError, manifest_key, step_of
+from jobs.storage.store import NotInStore, ObjectStore, StoreError, store_for
 from torchyard.atomic import write_atomic
 
 log = logging.getLogger(__name__)
@@ -57,6 +57,7 @@ class Uploads:
         self.sent: dict[str, tuple[int, int]] = {}  # path in the run directory -> (size, mtime_ns) as uploaded
         self.checkpoints_sent: set[str] = set()
         self.found_sent: dict[str, float] = {}  # path of a found checkpoint -> the time of the version uploaded
+        self.found_gone: set[str] = set()  # found checkpoints pruned here and removed from the store
         self.failing = False  # the last pass failed: logged once per outage
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -139,6 +140,12 @@ class Uploads:
                     if (root / name).is_dir():
                         continue  # still there: try again next pass
             self.checkpoints_sent.add(name)
+        # Pruned here since (the trainer's keep_last), once every newer one is in the store (uploaded above): gone there too.
+        for name in sorted(self.checkpoints_sent - set(names)):
+            stored.delete_checkpoint(self.store, self.job_id, name)
+            self.checkpoints_sent.discard(name)
+            log.info("job %s: checkpoint %s pruned on this host; removed from the object store", self.job_id, name,
+                     extra=self.extra)
 
     def _found(self) -> None:
         """A script's own checkpoints (nanoGPT's out/ckpt.pt, a Trainer's checkpoint-N/), each version once."""
@@ -152,7 +159,14 @@ class Uploads:
                 log.info("job %s: found checkpoint %s not uploaded: %s", self.job_id, relative, exc, extra=self.extra)
             else:
                 self.sent.update(sent or {})
+                self.found_gone.discard(relative)
             self.found_sent[relative] = mtime
+        # Pruned by the framework since (a Trainer's save_total_limit), once the newer ones are in (above): gone there too.
+        for relative in [r for r in self.found_sent if r not in self.found_gone and not os.path.lexists(self.run_dir / r)]:
+            found_checkpoints.delete_found(self.store, self.job_id, relative)
+            self.found_gone.add(relative)
+            log.info("job %s: found checkpoint %s pruned on this host; removed from the object store", self.job_id,
+                     relative, extra=self.extra)
 
     def _files(self, final: bool) -> None:
         """The events file, error files and logs (and at the end the artifacts and what a script wrote in its working
@@ -197,11 +211,12 @@ def _with_store(settings: Settings, job_id: str, what: Callable[[ObjectStore], T
 
 
 def restore(settings: Settings, job_id: str, run_dir: Path, keep_going: Callable[[], bool],
-            wait_s: float = RESTORE_WAIT_S) -> str | None:
-    """Before the ranks start: bring down from the store what this host's run directory lacks for a resume, waiting up
+            wait_s: float = RESTORE_WAIT_S, resume_from: str | None = None) -> str | None:
+    """Before the ranks start: bring down from the store what this host's run directory lacks for a resume (for a
+    retried job with no checkpoint of its own yet, the checkpoint of the job it retries, ``resume_from``), waiting up
     to ``wait_s`` for a store that does not answer (``keep_going`` False stops the wait). Returns a note for the
     attempt when the store could not be read (the attempt goes on with what this host has), else None."""
-    return _with_store(settings, job_id, lambda store: _restore(store, job_id, run_dir), keep_going, wait_s)[1]
+    return _with_store(settings, job_id, lambda store: _restore(store, job_id, run_dir, resume_from), keep_going, wait_s)[1]
 
 
 def restore_found(settings: Settings, job_id: str, run_dir: Path, keep_going: Callable[[], bool],
@@ -218,16 +233,18 @@ def restore_found(settings: Settings, job_id: str, run_dir: Path, keep_going: Ca
         return note
 
 
-def _restore(store: ObjectStore, job_id: str, run_dir: Path) -> None:
+def _restore(store: ObjectStore, job_id: str, run_dir: Path, resume_from: str | None = None) -> None:
     events = run_dir / "events.jsonl"
     remote = store.size(stored.job_key(job_id, "events.jsonl"))
     local = events.stat().st_size if events.is_file() else 0
     if remote is not None and remote > local:  # append-only: the longer one is the newer
         store.get_file(stored.job_key(job_id, "events.jsonl"), events)
     newest = stored.newest_stored(store, job_id)
-    if newest is None:
-        return
     checkpoints = run_dir / stored.CHECKPOINTS
+    if newest is None:
+        if resume_from and not (checkpoints / LATEST).exists():
+            _adopt_stored(store, job_id, checkpoints, PurePosixPath(resume_from))
+        return
     try:
         here = (checkpoints / LATEST).read_text(encoding="utf-8").strip()
     except OSError:
@@ -240,3 +257,22 @@ def _restore(store: ObjectStore, job_id: str, run_dir: Path) -> None:
         stored.download_checkpoint(store, job_id, newest, checkpoints)
     write_atomic(checkpoints / LATEST, newest.name)
     log.info("job %s: resumes from checkpoint %s of the object store", job_id, newest.name, extra={"job_id": job_id})
+
+
+def _adopt_stored(store: ObjectStore, job_id: str, checkpoints: Path, source: PurePosixPath) -> None:
+    """A retried job's first checkpoint: the one of the job it retries (``runs/<that job>/checkpoints/<name>``), from the
+    store, where this host's runs directory does not have it (worker/attempt_dir.py adopts it where it does)."""
+    if source.parent.name != stored.CHECKPOINTS or not source.parent.parent.name:
+        return
+    retried = source.parent.parent.name
+    try:
+        manifest = stored.complete_stored(store, retried, source.name)
+    except (NotInStore, ManifestError) as exc:
+        log.warning("job %s: checkpoint %s of job %s is not complete in the object store (%s); starting from scratch",
+                    job_id, source.name, retried, exc, extra={"job_id": job_id})
+        return
+    checkpoints.mkdir(parents=True, exist_ok=True)
+    stored.download_checkpoint(store, retried, manifest, checkpoints)
+    write_atomic(checkpoints / LATEST, manifest.name)
+    log.info("job %s: starts from checkpoint %s of job %s, from the object store", job_id, manifest.name, retried,
+             extra={"job_id": job_id})

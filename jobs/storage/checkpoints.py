@@ -113,6 +113,12 @@ def download_checkpoint(store: ObjectStore, job_id: str, manifest: Manifest, che
     return target
 
 
+def delete_checkpoint(store: ObjectStore, job_id: str, name: str) -> None:
+    """Remove checkpoint ``checkpoints/<name>`` from the store: its manifest first, so what is left is never complete."""
+    store.delete(job_key(job_id, f"{CHECKPOINTS}/{manifest_key(name)}"))
+    store.delete_prefix(job_key(job_id, f"{CHECKPOINTS}/{name}"))
+
+
 def delete_job(store: ObjectStore, job_id: str, keep: str | None = None) -> int:
     """Remove every object of the job but ``keep`` (a path in its run directory: the final weights retention keeps);
     how many there were."""

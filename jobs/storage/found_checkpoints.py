@@ -131,6 +131,17 @@ def stored_tree(store: ObjectStore, job_id: str, relative: str) -> list[str] | N
     return None
 
 
+def delete_found(store: ObjectStore, job_id: str, relative: str) -> None:
+    """Remove every version of the found checkpoint at ``relative`` from the store (the framework pruned it: a Trainer's
+    ``save_total_limit``): each manifest first, so what is left is never complete, then the files it named."""
+    path_id = _path_id(version_of(relative, 0))
+    for manifest in _manifests(store, job_id):
+        if _path_id(manifest.name) == path_id:
+            store.delete(job_key(job_id, f"{FOUND}/{manifest.name}.json"))
+            for path in manifest.files:
+                store.delete(job_key(job_id, path))
+
+
 @contextlib.contextmanager
 def _directory(run_dir: Path, parts: tuple[str, ...]) -> Iterator[int]:
     """A descriptor of ``run_dir/<parts>``, each directory made where missing and opened without following a link;

@@ -4,6 +4,7 @@ nothing, and a host without the run directory gets back what a resume needs."""
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -148,3 +149,43 @@ def test_a_link_the_job_planted_never_takes_a_restore_outside_its_run(s3: Seawee
     note = restore_found(settings, job, host_b, keep_going=lambda: True)
     assert note is not None and "not restored" in note
     assert list(elsewhere.iterdir()) == []
+
+
+def test_checkpoints_pruned_on_the_host_go_from_the_store_once_a_newer_one_is_in(s3: SeaweedS3, store: ObjectStore,
+                                                                                 tmp_path: Path) -> None:
+    run_dir, job, now = tmp_path / "run", "job-prunes", time.time()
+    trainer = run_dir / "workdir" / "checkpoint-10"  # a Trainer's, with save_total_limit=1
+    _save(trainer / "model.safetensors", b"ten", now - 20)
+    recorded = [("workdir/checkpoint-10", now - 20, 10)]
+    uploads = Uploads(store, job, run_dir, found=lambda: list(recorded))
+    _commit(run_dir, 4, b"four")
+    assert uploads.sync()
+    assert set(store.list(stored.job_key(job))) >= {"checkpoints/step_00000004/__0_0.distcp",
+                                                    "workdir/checkpoint-10/model.safetensors"}
+    # The trainer's keep_last and the Trainer's save_total_limit: a newer one saved, the older one removed here.
+    _commit(run_dir, 8, b"eight")
+    shutil.rmtree(run_dir / "checkpoints" / "step_00000004")
+    _save(run_dir / "workdir" / "checkpoint-20" / "model.safetensors", b"twenty", now - 10)
+    recorded.append(("workdir/checkpoint-20", now - 10, 20))
+    shutil.rmtree(trainer)
+    assert uploads.sync()
+    left = store.list(stored.job_key(job))
+    assert "checkpoints/step_00000008/__0_0.distcp" in left and "workdir/checkpoint-20/model.safetensors" in left
+    assert not [k for k in left if "step_00000004" in k or "checkpoint-10" in k], left
+    assert stored.newest_stored(store, job).name == "step_00000008"  # type: ignore[union-attr]
+    assert found_checkpoints.newest_found(store, job).step == 20  # type: ignore[union-attr]
+    assert uploads.sync() and store.list(stored.job_key(job)) == left  # nothing more removed on the next pass
+
+
+def test_a_retried_job_on_another_host_starts_from_the_retried_jobs_checkpoint_in_the_store(
+        s3: SeaweedS3, store: ObjectStore, tmp_path: Path) -> None:
+    old = tmp_path / "a" / "runs" / "job-old"
+    _commit(old, 12, b"twelve")
+    assert Uploads(store, "job-old", old).finish(succeeded=False, wait_s=60)
+    settings = Settings(storage_url=f"s3://{store.url.bucket}/{store.url.prefix}", s3_endpoint_url=s3.endpoint)
+    retry = tmp_path / "b" / "runs" / "job-retry"  # on a host without job-old's run directory
+    retry.mkdir(parents=True)
+    assert restore(settings, "job-retry", retry, keep_going=lambda: True,
+                   resume_from=str(old / "checkpoints" / "step_00000012")) is None
+    assert (retry / "checkpoints" / "latest").read_text() == "step_00000012"
+    assert (retry / "checkpoints" / "step_00000012" / "__0_0.distcp").read_bytes() == b"twelve"
