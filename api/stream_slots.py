@@ -47,6 +47,11 @@ class StreamSlots:
             self._open[owner] = held + 1
         return Slot(self, owner)
 
+    def held(self, owner: str | None = None) -> int:
+        """Streams open now: of ``owner``, or of every owner."""
+        with self._lock:
+            return self._open.get(owner, 0) if owner is not None else sum(self._open.values())
+
     def _release(self, owner: str) -> None:
         with self._lock:
             left = self._open.get(owner, 0) - 1

@@ -140,7 +140,7 @@ def test_a_followed_log_resumes_from_its_position_and_waits_through_a_store_outa
 
     def outage() -> None:
         # Once the followed log below holds its stream (its files found), the store goes away for a while.
-        wait_until(lambda: client.app.state.stream_slots._open, 60, what="the followed log to start")  # type: ignore[attr-defined]
+        wait_until(lambda: client.app.state.stream_slots.held() > 0, 60, what="the followed log to start")  # type: ignore[attr-defined]
         s3.stop()
         try:
             with log.open("a") as f:
