@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -155,3 +157,21 @@ def tree(pid: int) -> list[psutil.Process]:
         return [root, *root.children(recursive=True)]
     except psutil.Error:
         return []
+
+
+# Whether other uids can start this interpreter is a property of the machine (pyenv under /root, 0700 by default),
+# which tests/security/test_job_isolation.py changes for its module: o+x on /root while its jobs run, the mode back
+# after. A local stack started meanwhile (tests/stack/) would take the machine for one where jobs run under uids of
+# their own, and lose its interpreter when the mode comes back. The lock keeps the two apart, across processes and
+# across copies of the suite on one machine: exclusive while the mode is changed, shared while a test relies on it.
+INTERPRETER_REACH_LOCK = Path(tempfile.gettempdir()) / "torchyard-tests-interpreter-reach.lock"
+
+
+@contextlib.contextmanager
+def interpreter_reach(exclusive: bool) -> Iterator[None]:
+    with INTERPRETER_REACH_LOCK.open("a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)

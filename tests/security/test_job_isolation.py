@@ -31,7 +31,7 @@ from jobs.settings import Settings
 from jobs.store.db import get_engine, init_db
 from stack.redis_server import RedisServer
 from tests.conftest import make_settings
-from tests.helpers import ROOT, Services, wait_until
+from tests.helpers import ROOT, Services, interpreter_reach, wait_until
 from tests.uid_blocks import uid_block
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(os.geteuid() != 0, reason="starts services as other users: needs root")]
@@ -159,6 +159,11 @@ def _own(path: Path, mode: int) -> None:
 
 @pytest.fixture(scope="module")
 def isolated() -> Iterator[Isolated]:
+    with interpreter_reach(exclusive=True):  # no local stack reads the interpreter's reach while it is changed here
+        yield from _isolated()
+
+
+def _isolated() -> Iterator[Isolated]:
     restore: list[tuple[Path, int]] = []
     for needed in (Path(os.path.realpath(sys.executable)).parent, Path(sys.prefix), ROOT):
         _traversable(needed, restore)

@@ -24,7 +24,7 @@ from redis import Redis
 
 from stack import isolation
 from stack.redis_server import free_port
-from tests.helpers import ROOT, wait_until
+from tests.helpers import ROOT, interpreter_reach, wait_until
 from tests.uid_blocks import uid_block
 
 pytestmark = pytest.mark.slow
@@ -104,6 +104,13 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _interpreter_reach_kept() -> Iterator[None]:
+    """Whether the stacks of this module run jobs under uids of their own stays as they found it (tests/helpers.py)."""
+    with interpreter_reach(exclusive=False):
+        yield
 
 
 @pytest.fixture(scope="module")
