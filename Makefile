@@ -50,8 +50,7 @@ install-test: install-torch
 	$(PYTHON) -m pip install -e '.[test]'
 	$(MAKE) install-client PYTHON=$(PYTHON)
 
-# Three test files at a time (pytest-xdist; each file whole in one process, so its module fixtures start once), the
-# longest first as tests/file_times.json recorded them (tests/slowest_files.py), not xdist's most-tests-first:
+# Three test files at a time (pytest-xdist; each file whole in one process, so its module fixtures start once):
 # 21-23 min of pytest on 2 cores (1,102 tests, a clean clone, caches of earlier runs kept; 35 with other runs beside it),
 # since most of a slow test's time is waiting for torchrun, the API or a worker to start. TEST_PROCESSES=0: pytest's own
 # single process.
@@ -59,7 +58,7 @@ TEST_PROCESSES ?= 3
 
 test: install-test
 	$(PYTHON) -m ruff check .
-	$(PYTHON) -m pytest -n $(TEST_PROCESSES) --dist loadfile --no-loadscope-reorder
+	$(PYTHON) -m pytest -n $(TEST_PROCESSES) --dist loadfile
 
 lint:
 	$(PYTHON) -m ruff check .

@@ -27,7 +27,7 @@ from tests import postgres_server
 from tests.helpers import ADMIN_TOKEN, Services
 
 # Every run prints its 20 slowest test files before pytest's final line (tests/slowest_files.py).
-from tests.slowest_files import pytest_collection_modifyitems, pytest_configure  # noqa: F401
+from tests.slowest_files import pytest_configure  # noqa: F401
 
 # Hooks: the quick selection (-m "not slow") fails any test that starts torchrun.
 from tests.torchrun_guard import pytest_deselected, pytest_runtest_call  # noqa: F401

@@ -3,7 +3,6 @@ pytest-xdist too, where the controller adds up what its workers ran."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
@@ -17,7 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.helpers import ROOT
-from tests.slowest_files import SHOWN, SlowestFiles, file_of, longest_first, recorded_times, slowest
+from tests.slowest_files import SHOWN, SlowestFiles, file_of, slowest
 
 # The slow file's time is in its fixture's setup and teardown as well as its tests' calls: all of it counts.
 SLOW = textwrap.dedent('''
@@ -44,8 +43,7 @@ def _run(tmp_path: Path, *args: str) -> list[str]:
     (tmp_path / "test_quick.py").write_text("def test_quick():\n    pass\n")
     (tmp_path / "test_failing.py").write_text("def test_failing():\n    assert False\n")
     # Only the plugins the run needs: each of the run's processes would import every installed one (schemathesis, ...).
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
-           "TORCHYARD_FILE_TIMES": str(tmp_path / "times.json")}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
     env.pop("PYTEST_XDIST_WORKER", None)
     proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-ra", "-q", *args, str(tmp_path)],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
@@ -65,9 +63,6 @@ def test_the_slowest_files_are_listed_before_the_final_line(tmp_path: Path, xdis
     assert named["test_slow.py"] >= 0.8  # setup, two calls and teardown, each 0.2 s
     assert lines.index("FAILED test_failing.py::test_failing - assert False") > heading  # pytest's own summary after
     assert re.fullmatch(r"1 failed, 3 passed in .*", lines[-1]), lines[-1]
-    # Every file's time, for the order the next runs start their files in.
-    written = json.loads((tmp_path / "times.json").read_text())
-    assert set(written) == set(named) and next(iter(written)) == "test_slow.py"
 
 
 @given(st.dictionaries(st.text(min_size=1), st.floats(min_value=0, max_value=1e6), max_size=50))
@@ -76,22 +71,6 @@ def test_slowest_is_the_longest_first_and_at_most_twenty(times: dict[str, float]
     assert len(rows) == min(SHOWN, len(times))
     assert [t for _, t in rows] == sorted((t for _, t in rows), reverse=True)
     assert all(t <= rows[-1][1] for name, t in times.items() if (name, t) not in rows) if rows else not times
-
-
-@given(st.lists(st.text(min_size=1), unique=True, max_size=30), st.dictionaries(st.text(min_size=1), st.floats(0, 1e6)))
-def test_files_start_longest_first_and_the_unknown_after_in_their_order(files: list[str], times: dict[str, float]) -> None:
-    order = longest_first(files, times)
-    assert sorted(order) == sorted(files)
-    known = [f for f in order if times.get(f, 0.0) > 0]
-    assert order[:len(known)] == known and [times[f] for f in known] == sorted((times[f] for f in known), reverse=True)
-    assert order[len(known):] == [f for f in files if f not in known]  # the rest as collected
-
-
-def test_the_recorded_times_name_files_that_exist() -> None:
-    times = recorded_times()
-    assert times, "tests/file_times.json holds a run's file times"
-    listed = [f for f in times if f.startswith("tests/")]
-    assert listed == [f for f in listed if (ROOT / f).is_file()], "a file in tests/file_times.json no longer exists"
 
 
 def test_a_file_is_its_node_ids_path() -> None:
