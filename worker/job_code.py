@@ -5,14 +5,13 @@ become ``setup_error``."""
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 from jobs.code_bundles import files as bundles
 from jobs.code_bundles import stored as stored_bundles
 from jobs.settings import Settings
-from jobs.storage.store import StoreError
+from jobs.storage.store import StoreError, until_answered
 from jobs.store.models import Job
 from jobspec.spec import JobSpec, ScriptJobSpec
 from worker import venvs, workdir
@@ -23,7 +22,6 @@ log = logging.getLogger(__name__)
 REQUIREMENTS_LOG = "requirements.log"  # pip's output, next to the attempt's launcher log
 
 FETCH_WAIT_S = 120.0  # how long a start waits for an object store that does not answer before the job fails
-_RETRY_S = 1.0
 
 __all__ = ["REQUIREMENTS_LOG", "SetupFailed", "SetupInterrupted", "prepare"]
 
@@ -33,18 +31,13 @@ def _fetch_bundle(settings: Settings, owner: str, digest: str, run_dir: Path, ke
     job's code is unpacked already, the archive is here, or there is no store)."""
     if settings.storage_url is None or (run_dir / bundles.CODE_DIR_NAME).is_dir():
         return
-    deadline = time.monotonic() + FETCH_WAIT_S
-    while True:
-        try:
-            stored_bundles.fetch(settings, owner, digest)
-            return
-        except StoreError as exc:
-            if not keep_going():
-                raise SetupInterrupted() from exc
-            if time.monotonic() > deadline:
-                raise SetupFailed(f"code bundle {digest}: not on this host, and the object store did not answer "
-                                  f"for {FETCH_WAIT_S:.0f}s ({exc})") from exc
-            time.sleep(_RETRY_S)
+    try:
+        until_answered(lambda: stored_bundles.fetch(settings, owner, digest), keep_going, FETCH_WAIT_S)
+    except StoreError as exc:
+        if not keep_going():
+            raise SetupInterrupted() from exc
+        raise SetupFailed(f"code bundle {digest}: not on this host, and the object store did not answer "
+                          f"for {FETCH_WAIT_S:.0f}s ({exc})") from exc
 
 
 def prepare(settings: Settings, job: Job, spec: JobSpec | ScriptJobSpec, run_dir: Path, keep_going: Callable[[], bool]) -> None:

@@ -20,7 +20,6 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
-from typing import TypeVar
 
 from jobs.reads.artifacts import ARTIFACTS_DIR, open_under, single_files
 from jobs.reads.workdir_files import list_written
@@ -28,7 +27,7 @@ from jobs.settings import Settings
 from jobs.storage import checkpoints as stored
 from jobs.storage import found_checkpoints
 from jobs.storage.manifest import ManifestError, manifest_key, step_of
-from jobs.storage.store import NotInStore, ObjectStore, StoreError, store_for
+from jobs.storage.store import NotInStore, ObjectStore, StoreError, store_for, until_answered
 from torchyard.atomic import write_atomic
 
 log = logging.getLogger(__name__)
@@ -44,7 +43,6 @@ RESTORE_WAIT_S = 120.0  # how long a start waits for the store before it resumes
 MAX_WORKDIR_FILES = 100_000  # of a script's working directory, uploaded at the end
 
 Recorded = Callable[[], list[tuple[str, float, int | None]]]  # worker/found.py: Found.recorded
-T = TypeVar("T")
 
 
 class Uploads:
@@ -190,24 +188,20 @@ class Uploads:
             self.sent[relative] = (st.st_size, st.st_mtime_ns)
 
 
-def _with_store(settings: Settings, job_id: str, what: Callable[[ObjectStore], T], keep_going: Callable[[], bool],
-                wait_s: float) -> tuple[T | None, str | None]:
-    """``what`` with the store, tried again while the store does not answer, for up to ``wait_s`` (``keep_going`` False
-    stops the wait): its result, or a note for the attempt when the store could not be read (the attempt goes on with
-    what this host has). (None, None) without a store."""
+def _before_start(settings: Settings, job_id: str, what: Callable[[ObjectStore], object], keep_going: Callable[[], bool],
+                  wait_s: float) -> str | None:
+    """``what`` with the store, waited for while it does not answer (``until_answered``): None, or a note for the
+    attempt when the store could not be read (the attempt goes on with what this host has). None without a store."""
     store = store_for(settings)
     if store is None:
-        return None, None
-    deadline = time.monotonic() + wait_s
-    while True:
-        try:
-            return what(store), None
-        except StoreError as exc:
-            if time.monotonic() > deadline or not keep_going():
-                note = f"the object store could not be read before the start ({exc}); resumed from what this host has"
-                log.warning("job %s: %s", job_id, note, extra={"job_id": job_id})
-                return None, note
-            time.sleep(_RETRY_S)
+        return None
+    try:
+        until_answered(lambda: what(store), keep_going, wait_s, _RETRY_S)
+    except StoreError as exc:
+        note = f"the object store could not be read before the start ({exc}); resumed from what this host has"
+        log.warning("job %s: %s", job_id, note, extra={"job_id": job_id})
+        return note
+    return None
 
 
 def restore(settings: Settings, job_id: str, run_dir: Path, keep_going: Callable[[], bool],
@@ -216,7 +210,7 @@ def restore(settings: Settings, job_id: str, run_dir: Path, keep_going: Callable
     retried job with no checkpoint of its own yet, the checkpoint of the job it retries, ``resume_from``), waiting up
     to ``wait_s`` for a store that does not answer (``keep_going`` False stops the wait). Returns a note for the
     attempt when the store could not be read (the attempt goes on with what this host has), else None."""
-    return _with_store(settings, job_id, lambda store: _restore(store, job_id, run_dir, resume_from), keep_going, wait_s)[1]
+    return _before_start(settings, job_id, lambda store: _restore(store, job_id, run_dir, resume_from), keep_going, wait_s)
 
 
 def restore_found(settings: Settings, job_id: str, run_dir: Path, keep_going: Callable[[], bool],
@@ -225,8 +219,8 @@ def restore_found(settings: Settings, job_id: str, run_dir: Path, keep_going: Ca
     store (jobs/storage/found_checkpoints.py); a note as ``restore`` gives one. A link the job planted where the
     checkpoint goes leaves it out, said in the note."""
     try:
-        return _with_store(settings, job_id, lambda store: found_checkpoints.restore_found(store, job_id, run_dir),
-                           keep_going, wait_s)[1]
+        return _before_start(settings, job_id, lambda store: found_checkpoints.restore_found(store, job_id, run_dir),
+                             keep_going, wait_s)
     except OSError as exc:
         note = f"the checkpoint in the object store was not restored: {exc}"
         log.warning("job %s: %s", job_id, note, extra={"job_id": job_id})

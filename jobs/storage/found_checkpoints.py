@@ -40,10 +40,15 @@ _NO_FOLLOW_DIR = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_DIRECTORY
 def version_of(relative: str, mtime: float) -> str:
     """The manifest's name: when the checkpoint was written, in microseconds (so names sort by time, and a checkpoint
     restored with that time has the same name on its new host), then which path it is (pure)."""
-    return f"{round(mtime * 1e6):017d}-{hashlib.sha256(relative.encode()).hexdigest()[:16]}"
+    return f"{round(mtime * 1e6):017d}-{_path_hash(relative)}"
+
+
+def _path_hash(relative: str) -> str:
+    return hashlib.sha256(relative.encode()).hexdigest()[:16]
 
 
 def _path_id(version: str) -> str:
+    """The path hash a version names."""
     return version.partition("-")[2]
 
 
@@ -124,7 +129,7 @@ def _is_complete(store: ObjectStore, job_id: str, manifest: Manifest) -> bool:
 def stored_tree(store: ObjectStore, job_id: str, relative: str) -> list[str] | None:
     """The files of the found checkpoint at ``relative`` (paths in the run directory) as the newest complete version of
     it in the store lists them; None when the store holds no complete version."""
-    path_id = _path_id(version_of(relative, 0))
+    path_id = _path_hash(relative)
     for manifest in sorted(_manifests(store, job_id), key=lambda m: m.name, reverse=True):
         if _path_id(manifest.name) == path_id and _is_complete(store, job_id, manifest):
             return sorted(manifest.files)
@@ -134,7 +139,7 @@ def stored_tree(store: ObjectStore, job_id: str, relative: str) -> list[str] | N
 def delete_found(store: ObjectStore, job_id: str, relative: str) -> None:
     """Remove every version of the found checkpoint at ``relative`` from the store (the framework pruned it: a Trainer's
     ``save_total_limit``): each manifest first, so what is left is never complete, then the files it named."""
-    path_id = _path_id(version_of(relative, 0))
+    path_id = _path_hash(relative)
     for manifest in _manifests(store, job_id):
         if _path_id(manifest.name) == path_id:
             store.delete(job_key(job_id, f"{FOUND}/{manifest.name}.json"))

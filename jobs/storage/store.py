@@ -13,7 +13,8 @@ import contextlib
 import logging
 import os
 import re
-from collections.abc import Collection, Iterator
+import time
+from collections.abc import Callable, Collection, Iterator
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
@@ -171,6 +172,21 @@ class ObjectStore:
                 raise StoreError(f"object store: deleting {len(answer['Errors'])} objects under "
                                  f"s3://{self.url.bucket}/{self._key(prefix)} failed: {', '.join(codes)}")
         return len(keys)
+
+
+def until_answered(what: Callable[[], object], keep_going: Callable[[], object], wait_s: float, retry_s: float = 1.0) -> None:
+    """Call ``what`` again while the store does not answer (StoreError), every ``retry_s``, for up to ``wait_s``;
+    ``keep_going`` is called between tries and a false answer stops the wait. Raises the last StoreError once the wait
+    is over, whichever ended it."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            what()
+            return
+        except StoreError:
+            if time.monotonic() > deadline or not keep_going():
+                raise
+            time.sleep(retry_s)
 
 
 def store_for(settings: Settings) -> ObjectStore | None:
