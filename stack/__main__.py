@@ -21,9 +21,12 @@ import httpx
 import sqlalchemy as sa
 from redis import Redis
 from redis.exceptions import RedisError
+from sqlmodel import Session
 
 from jobs.infra import logconfig
+from jobs.scheduling import leader
 from jobs.settings import get_settings
+from jobs.store.db import get_engine
 from jobspec.pdeathsig import set_not_dumpable
 from stack import isolation
 from stack.children import Child, stop_all
@@ -103,18 +106,22 @@ def _probe_url(host: str, port: int) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
-def _ready(url: str, redis_url: str, workers: dict[str, int | None]) -> bool:
-    """The API answers /readyz, and every worker (RQ name: pid) has registered its host and taken its first look at
-    the scheduler's lease (worker/host_runner.py marks it idle then), so the ready block comes after every start-up line."""
+def _ready(url: str, redis_url: str, database_url: str, workers: dict[str, int | None]) -> bool:
+    """The API answers /readyz, every worker (RQ name: pid) has registered its host and taken its first look at the
+    scheduler's lease (worker/host_runner.py marks it idle then), and some process holds each of the leases (the
+    scheduler, sweeps, webhooks), so the ready block comes after every start-up line."""
     try:
         if httpx.get(f"{url}/readyz", timeout=2).status_code != 200:
             return False
+        with Session(get_engine(database_url)) as session:
+            if not set(leader.ALL) <= leader.held(session):
+                return False
         redis = Redis.from_url(redis_url, socket_connect_timeout=2, decode_responses=True)
         for name, pid in workers.items():
             pid_now, state = redis.hmget(f"rq:worker:{name}", ["pid", "state"])
             if pid_now != str(pid) or state not in ("idle", "busy"):
                 return False
-    except (httpx.HTTPError, RedisError):
+    except (httpx.HTTPError, RedisError, sa.exc.SQLAlchemyError):
         return False
     return True
 
@@ -172,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
         for child in children:
             child.start()
         deadline = time.monotonic() + READY_TIMEOUT_S
-        while not signals and not _ready(url, redis_url, {n: w.pid for n, w in zip(names, workers, strict=True)}):
+        while not signals and not _ready(url, redis_url, settings.database_url, {n: w.pid for n, w in zip(names, workers, strict=True)}):
             dead = [c for c in children if not c.running()]
             if dead or time.monotonic() > deadline:
                 # Exiting before ever answering is a configuration error (a port in use, a bad setting): restarting

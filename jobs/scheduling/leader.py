@@ -15,7 +15,9 @@ from jobs.infra.clock import db_now
 from jobs.store.models import Lease
 
 SCHEDULER = "scheduler"
+SWEEPS = "sweeps"  # the sweep controller (jobs.sweeps.controller)
 WEBHOOKS = "webhooks"  # the webhook sender (jobs.webhooks.sender)
+ALL = (SCHEDULER, SWEEPS, WEBHOOKS)
 
 
 def hold(session: Session, name: str, holder: str, ttl_s: float) -> bool:
@@ -51,3 +53,9 @@ def release(session: Session, name: str, holder: str) -> None:
     """Give the lease up (a clean stop): a standby takes it at its next period instead of one lease later."""
     session.exec(sa.update(Lease).where(Lease.name == name, Lease.holder == holder).values(expires_at=None))  # type: ignore[call-overload]
     session.commit()
+
+
+def held(session: Session) -> set[str]:
+    """The leases some process holds now (a started service holds every one of ``ALL``)."""
+    rows = session.exec(sa.select(Lease.name).where(Lease.expires_at >= db_now(session)))  # type: ignore[call-overload, operator]
+    return {name for (name,) in rows}

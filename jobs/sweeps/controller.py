@@ -21,7 +21,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session
 
 from jobs.lifecycle import submission
-from jobs.scheduling import scheduler, stops
+from jobs.scheduling import leader, scheduler, stops
 from jobs.scheduling.lease_loop import LeaseLoop
 from jobs.settings import Settings
 from jobs.store import limits
@@ -35,7 +35,7 @@ from jobspec.spec import spec_from_dict
 
 log = logging.getLogger(__name__)
 
-LEASE = "sweeps"
+LEASE = leader.SWEEPS
 EARLY_STOPPED = "early_stopped"
 ENDED = frozenset({"succeeded", "failed", "cancelled", "stopped"})
 _ACTIVE_JOB = (Status.QUEUED.value, Status.RUNNING.value, Status.CANCELLING.value)

@@ -121,12 +121,14 @@ def test_without_the_lease_a_pass_writes_nothing(client: TestClient, settings: S
     with session_of(settings) as s:
         assert leader.hold(s, leader.SCHEDULER, "other", settings.lease_ttl_s)
         assert not leader.hold(s, leader.SCHEDULER, LEADER, settings.lease_ttl_s)
+        assert leader.SCHEDULER in leader.held(s)
         report = run_pass(s, Redis.from_url(settings.redis_url), settings, LEADER)
     assert report.lost_lease and report.placed == []
     assert _job(settings, job).status == "queued"
     assert Queue(host_queue("gpu-a"), connection=Redis.from_url(settings.redis_url)).count == 0
     with session_of(settings) as s:
         leader.release(s, leader.SCHEDULER, "other")
+        assert leader.SCHEDULER not in leader.held(s)  # what `python -m stack` waits on before its ready block
         assert leader.hold(s, leader.SCHEDULER, LEADER, settings.lease_ttl_s)  # a released lease is taken at once
 
 
