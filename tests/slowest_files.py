@@ -5,10 +5,17 @@ or ended them); a subtest's time is already in its test's call, so it is not add
 operation it runs as a subtest). Under pytest-xdist the workers' reports reach the controller through the same hook,
 so the controller, the one process that prints, adds them up; a worker prints nothing. The table comes before
 pytest's short summary and its final line, which stays the last line of the run.
+
+Beside the wall time, the CPU time each file cost: on the two cores CI has, the suite is bound by CPU, so a file that
+waits is cheap and one that burns is not. "in pytest" is the test process's own (in-process API clients, hypothesis,
+schemathesis); "children" is what its reaped child processes and theirs used (the API, workers, torchrun and the
+ranks), as the kernel reports it once a child is waited for. Each phase's report carries the CPU used since the
+previous report of that process, so nothing is counted twice and the time between tests lands on the next one.
 """
 
 from __future__ import annotations
 
+import resource
 from collections import defaultdict
 
 import pytest
@@ -27,15 +34,45 @@ def slowest(times: dict[str, float], count: int = SHOWN) -> list[tuple[str, floa
     return sorted(times.items(), key=lambda item: (-item[1], item[0]))[:count]
 
 
+def cpu_used() -> tuple[float, float]:
+    """CPU seconds (user + system) of this process, and of its children that have been waited for."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime, children.ru_utime + children.ru_stime
+
+
+class CpuStamps:
+    """In every process that runs tests: each report carries the CPU used since this process's previous report."""
+
+    def __init__(self) -> None:
+        self.last = cpu_used()
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
+        report = yield
+        now = cpu_used()
+        report.user_properties.append((CPU_PROPERTY, (now[0] - self.last[0], now[1] - self.last[1])))
+        self.last = now
+        return report
+
+
+CPU_PROPERTY = "torchyard_cpu_s"
+
+
 class SlowestFiles:
     def __init__(self) -> None:
         self.times: dict[str, float] = defaultdict(float)
+        self.cpu: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
 
     @pytest.hookimpl
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if isinstance(report, SubtestReport):
-            return  # a part of its test's call, whose own report already holds its time
-        self.times[file_of(report.nodeid)] += report.duration
+        name = file_of(report.nodeid)
+        # A subtest's time is a part of its test's call, whose own report holds it; its CPU stamp is its own.
+        if not isinstance(report, SubtestReport):
+            self.times[name] += report.duration
+        for key, value in report.user_properties:
+            if key == CPU_PROPERTY:
+                self.cpu[name][0] += value[0]
+                self.cpu[name][1] += value[1]
 
     @pytest.hookimpl
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
@@ -43,10 +80,17 @@ class SlowestFiles:
             return
         rows = slowest(self.times)
         terminalreporter.write_sep("=", f"{len(rows)} slowest test files (setup + call + teardown)")
+        terminalreporter.write_line(f"{'wall':>10} {'cpu: in pytest':>15} {'children':>9}  file")
         for name, seconds in rows:
-            terminalreporter.write_line(f"{seconds:9.2f}s {name}")
+            own, children = self.cpu[name]
+            terminalreporter.write_line(f"{seconds:9.2f}s {own:14.1f}s {children:8.1f}s  {name}")
+        own_total = sum(c[0] for c in self.cpu.values())
+        children_total = sum(c[1] for c in self.cpu.values())
+        terminalreporter.write_line(f"{'all files':>10} {own_total:14.1f}s {children_total:8.1f}s  "
+                                    f"(CPU of the processes that ran tests, and of their reaped children)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(CpuStamps(), "torchyard-cpu-stamps")
     if not hasattr(config, "workerinput"):  # an xdist worker: the controller sums and prints
         config.pluginmanager.register(SlowestFiles(), "torchyard-slowest-files")

@@ -19,9 +19,14 @@ from tests.helpers import ROOT
 from tests.slowest_files import SHOWN, SlowestFiles, file_of, slowest
 
 # The slow file's time is in its fixture's setup and teardown as well as its tests' calls: all of it counts.
+# test_two burns CPU in pytest's process, test_one in a child: the table's CPU columns must show both.
 SLOW = textwrap.dedent('''
+    import subprocess
+    import sys
     import time
     import pytest
+
+    BURN = "import time\\nwhile time.process_time() < 0.3: pass"
 
     @pytest.fixture
     def pause():
@@ -30,10 +35,12 @@ SLOW = textwrap.dedent('''
         time.sleep(0.2)
 
     def test_one(pause):
-        time.sleep(0.2)
+        subprocess.run([sys.executable, "-c", BURN], check=True)
 
     def test_two():
-        time.sleep(0.2)
+        start = time.process_time()
+        while time.process_time() - start < 0.3:
+            pass
 ''')
 
 
@@ -55,12 +62,17 @@ def _run(tmp_path: Path, *args: str) -> list[str]:
 def test_the_slowest_files_are_listed_before_the_final_line(tmp_path: Path, xdist: list[str]) -> None:
     lines = _run(tmp_path, *xdist)
     heading = next(i for i, line in enumerate(lines) if "slowest test files" in line)
-    rows = [re.fullmatch(r"\s*([0-9.]+)s (\S+)", line) for line in lines[heading + 1:heading + 4]]
+    assert "cpu: in pytest" in lines[heading + 1], lines[heading:]
+    rows = [re.fullmatch(r"\s*([0-9.]+)s\s+([0-9.]+)s\s+([0-9.]+)s  (\S+)", line) for line in lines[heading + 2:heading + 5]]
     assert all(rows), lines[heading:]
-    assert rows[0] and rows[0][2] == "test_slow.py"
-    named = {m[2]: float(m[1]) for m in rows if m}
+    assert rows[0] and rows[0][4] == "test_slow.py"
+    named = {m[4]: (float(m[1]), float(m[2]), float(m[3])) for m in rows if m}
     assert set(named) == {"test_slow.py", "test_quick.py", "test_failing.py"}
-    assert named["test_slow.py"] >= 0.8  # setup, two calls and teardown, each 0.2 s
+    wall, own, children = named["test_slow.py"]
+    assert wall >= 0.8  # setup and teardown 0.2 s each, and two calls of at least 0.2 s
+    assert own >= 0.3 and children >= 0.3, lines[heading:]  # test_two's loop, test_one's child
+    assert named["test_quick.py"][2] < 0.3  # the child's CPU is counted once, on the file that ran it
+    assert lines[heading + 5].split()[:2] == ["all", "files"], lines[heading:]
     assert lines.index("FAILED test_failing.py::test_failing - assert False") > heading  # pytest's own summary after
     assert re.fullmatch(r"1 failed, 3 passed in .*", lines[-1]), lines[-1]
 
