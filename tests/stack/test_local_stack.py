@@ -23,7 +23,7 @@ import pytest
 from redis import Redis
 
 from stack import isolation
-from stack.redis_server import free_port
+from stack.redis_server import free_port, probe
 from tests.helpers import ROOT, interpreter_reach, wait_until
 from tests.uid_blocks import uid_block
 
@@ -151,7 +151,7 @@ def test_its_own_redis_requires_a_password_that_no_command_line_shows(stack: Sta
     assert "a private redis-server at redis://:***@127.0.0.1:" in stack.output()
     assert parts.password not in stack.output()
     with pytest.raises(Exception, match="(?i)auth"):
-        Redis(host="127.0.0.1", port=parts.port, socket_connect_timeout=2).ping()
+        probe(f"redis://127.0.0.1:{parts.port}/0").ping()
     assert Redis.from_url(url).ping()
     for proc in psutil.process_iter(["cmdline"]):
         assert parts.password not in " ".join(proc.info["cmdline"] or []), proc

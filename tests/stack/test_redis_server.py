@@ -16,7 +16,7 @@ from redis import Redis
 from redis.exceptions import AuthenticationError, ResponseError
 from rq import Worker
 
-from stack.redis_server import RedisServer
+from stack.redis_server import RedisServer, probe
 from tests.helpers import ROOT
 from worker.rq_worker import TorchyardWorker
 
@@ -34,9 +34,9 @@ def test_the_password_is_required_and_in_no_command_line(private_redis: RedisSer
     assert private_redis.password.encode() not in cmdline
     assert b"requirepass" not in cmdline
     with pytest.raises((AuthenticationError, ResponseError)):
-        Redis(port=private_redis.port, socket_connect_timeout=2).ping()
+        probe(f"redis://127.0.0.1:{private_redis.port}/0").ping()
     with pytest.raises(AuthenticationError):
-        Redis(port=private_redis.port, password="wrong", socket_connect_timeout=2).ping()
+        probe(f"redis://:wrong@127.0.0.1:{private_redis.port}/0").ping()
     assert Redis.from_url(private_redis.url).ping()
     assert (private_redis.workdir.stat().st_mode & 0o777) == 0o700
 
