@@ -3,14 +3,16 @@
 Each has a regular expression that is exactly the server's rule (the OpenAPI documents it, the API checks it),
 so every string the pattern admits is a position the database can compare with, and nothing a client
 generated from the OpenAPI sends is refused: numbers are decimal without leading zeros and at most the largest
-signed 64-bit SQL integer, names travel as hex of their UTF-8 bytes.
+value of the SQL column they are compared with (64-bit steps and offsets, 32-bit transition ids and seqs), names
+travel as hex of their UTF-8 bytes.
 """
 
 from __future__ import annotations
 
 import re
 
-SQL_INT_MAX = 2**63 - 1
+SQL_INT_MAX = 2**63 - 1  # BIGINT: steps, log offsets
+SQL_INT4_MAX = 2**31 - 1  # INTEGER: transition ids and event seqs, which PostgreSQL refuses to compare with more
 
 
 def uint_pattern(limit: int) -> str:
@@ -33,16 +35,17 @@ def uint_pattern(limit: int) -> str:
 
 
 _UINT = uint_pattern(SQL_INT_MAX)
+_UINT4 = uint_pattern(SQL_INT4_MAX)
 # Names of metrics are at most 128 characters (jobs.store.models.MetricPoint), so at most 512 UTF-8 bytes.
 _NAME_HEX = "(?:[0-9a-f]{2}){1,512}"
 
 JOB_CURSOR = r"^[0-9a-f]{1,32}$"
 METRIC_CURSOR = f"^{_UINT}\\.{_NAME_HEX}$"
 # An optional third part: the last seq of rows the worker found itself (TensorBoard files, checkpoints; jobs/reads/feed.py).
-EVENT_ID = f"^{_UINT}-{_UINT}(?:-{_UINT})?$"
+EVENT_ID = f"^{_UINT4}-{_UINT4}(?:-{_UINT4})?$"
 JOB_CURSOR_MAX = 32
 METRIC_CURSOR_MAX = 19 + 1 + 1024
-EVENT_ID_MAX = 19 + 1 + 19 + 1 + 19
+EVENT_ID_MAX = 10 + 1 + 10 + 1 + 10
 
 _JOB_CURSOR = re.compile(JOB_CURSOR)
 _METRIC_CURSOR = re.compile(METRIC_CURSOR)
@@ -73,8 +76,9 @@ def parse_metric_cursor(raw: str) -> tuple[int, str]:
     if not _METRIC_CURSOR.fullmatch(raw):
         raise MalformedCursor("malformed cursor; pass back a next_cursor this server returned")
     step, _, name = raw.partition(".")
-    # Bytes no name has are still a position: compared, never an error.
-    return int(step), bytes.fromhex(name).decode("utf-8", "replace")
+    # Bytes no name has are still a position: compared, never an error. No name holds NUL (PostgreSQL refuses it in
+    # text), and for names without one, after "x\0..." is after "x": cut there, so PostgreSQL can compare it.
+    return int(step), bytes.fromhex(name).decode("utf-8", "replace").split("\0", 1)[0]
 
 
 def event_id(transition_id: int, seq: int, found: int = 0) -> str:

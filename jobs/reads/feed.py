@@ -91,7 +91,7 @@ def _next_seqs(session: Session, model: type[MetricPoint] | type[Checkpoint], jo
 def _seq_ranges(session: Session, job_id: str, cursor: Cursor) -> tuple[list[tuple[int, int]], bool]:
     """The seq ranges (low exclusive, high inclusive) of the next batch, the SDK's and the found ones, and whether it was cut."""
     ranges, cut = [], False
-    for after, below in ((cursor.seq, FOUND_BASE), (max(cursor.found, FOUND_BASE), 2**31 - 1)):
+    for after, below in ((cursor.seq, FOUND_BASE), (max(cursor.found, FOUND_BASE), cursors.SQL_INT4_MAX)):
         wanted = sorted(set(_next_seqs(session, MetricPoint, job_id, after, below))
                         | set(_next_seqs(session, Checkpoint, job_id, after, below)))[:BATCH]
         cut = cut or len(wanted) == BATCH

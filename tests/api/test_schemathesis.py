@@ -24,6 +24,13 @@ CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
 
 
 @pytest.fixture
+def database_url(sqlite_url: str) -> str:
+    """SQLite only: the live run (tests/security/test_schemathesis_live.py) covers PostgreSQL with ten times the
+    examples per operation, so a second database here would double the quick loop's heaviest file and find nothing new."""
+    return sqlite_url
+
+
+@pytest.fixture
 def api_schema(app: FastAPI) -> schemathesis.BaseSchema:
     return schemathesis.openapi.from_asgi("/openapi.json", app)
 

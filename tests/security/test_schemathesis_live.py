@@ -52,7 +52,7 @@ from jobs.settings import Settings
 from jobs.store.db import get_engine, init_db
 from stack.redis_server import RedisServer
 from tests.api.conftest import finish_job, ingest, metric_event, start_job
-from tests.conftest import make_settings
+from tests.conftest import POSTGRES, _postgres_database, make_settings
 from tests.helpers import Services
 
 # Each test below is one pytest test that runs every operation of the API as its subtests: the file took 125 s on an
@@ -83,7 +83,10 @@ class LiveApi:
 @pytest.fixture(scope="module")
 def api_live(tmp_path_factory: pytest.TempPathFactory, redis_server: RedisServer) -> Iterator[LiveApi]:
     tmp = tmp_path_factory.mktemp("schemathesis-live")
-    settings = make_settings(tmp, f"sqlite:///{tmp / 'torchyard.db'}", redis_server.url, max_queued_per_owner=20)
+    # PostgreSQL, what a team's install runs on (docker-compose.yml); tests/api/test_schemathesis.py covers SQLite.
+    databases = _postgres_database() if POSTGRES else None
+    url = next(databases) if databases else f"sqlite:///{tmp / 'torchyard.db'}"
+    settings = make_settings(tmp, url, redis_server.url, max_queued_per_owner=20)
     init_db(get_engine(settings.database_url))
     services = Services(settings, tmp / "service-logs")
     # Streams of jobs that never finish (no worker runs here) end within a second, with their reconnect message.
@@ -100,6 +103,8 @@ def api_live(tmp_path_factory: pytest.TempPathFactory, redis_server: RedisServer
                    f"Bearer {keys['bob']}", job_id, {k["id"] for k in made.values()})
     finally:
         services.stop()
+        if databases:
+            databases.close()  # drops it
 
 
 def _finished_job(settings: Settings, job_id: str) -> None:
