@@ -44,11 +44,27 @@ def _field(loc: tuple[Any, ...] | list[Any]) -> str:
     return ".".join(parts) or "body"
 
 
+# Positions only this server makes: a client passes back what it was given, so a mismatch is worded as that, not as
+# the regular expression (the OpenAPI states it; spelled out here it is hundreds of characters of digit ranges).
+_SERVER_MADE = {
+    ("query", "cursor"): "malformed cursor; pass back a next_cursor this server returned",
+    ("header", "Last-Event-ID"): "malformed event id; use the id of a message this stream sent",
+    ("query", "last_event_id"): "malformed event id; use the id of a message this stream sent",
+    ("query", "position"): "malformed position; use the one a followed log ended with",
+}
+
+
+def _parameter_message(error: dict[str, Any]) -> str:
+    if error.get("type") == "string_pattern_mismatch":
+        return _SERVER_MADE.get(tuple(error["loc"][:2]), error["msg"])
+    return error["msg"]
+
+
 def validation_problem(errors: list[dict[str, Any]], roots: tuple[Any, ...] = ()) -> JSONResponse:
     """422 naming each field once, in the user's words; ``roots``: the models the body was read as, for
     what a field accepts and the field names an unknown key is compared with."""
     body = [e for e in errors if e["loc"][:1] == ("body",)]
-    rest = [{"loc": e["loc"], "msg": e["msg"]} for e in errors if e["loc"][:1] != ("body",)]
+    rest = [{"loc": e["loc"], "msg": _parameter_message(e)} for e in errors if e["loc"][:1] != ("body",)]
     worded = [{"loc": ("body", *loc), "msg": msg} for loc, msg in user_problems([{**e, "loc": e["loc"][1:]} for e in body], roots)]
     items = [{"field": _field(e["loc"]), "message": e["msg"]} for e in rest + worded]
     detail = "; ".join(f"{i['field']}: {i['message']}" for i in items) or "invalid request"

@@ -45,6 +45,7 @@ def test_positions_beyond_sql_integers_answer_422_naming_the_field(client: TestC
         resp = client.get(f"/v1/jobs/{job_id}/metrics", params={"cursor": cursor})
         assert resp.status_code == 422, (cursor, resp.text)
         assert resp.headers["content-type"] == "application/problem+json" and _field_of(resp) == ["cursor"]
+        assert resp.json()["errors"][0]["message"] == "malformed cursor; pass back a next_cursor this server returned"
     # The largest position there is answers an empty page; pages chain as before.
     last = client.get(f"/v1/jobs/{job_id}/metrics", params={"cursor": f"{cursors.SQL_INT_MAX}.{'ff' * 3}"})
     assert last.status_code == 200 and last.json()["items"] == []
@@ -66,6 +67,7 @@ def test_positions_beyond_sql_integers_answer_422_naming_the_field(client: TestC
                                    ({"Last-Event-ID": "1-2-3-4"}, {}, "Last-Event-ID")):
         resp = client.get(f"/v1/jobs/{job_id}/events", headers=headers, params=params)
         assert resp.status_code == 422 and _field_of(resp) == [field], resp.text
+        assert resp.json()["errors"][0]["message"] == "malformed event id; use the id of a message this stream sent"
     finish_job(settings, job_id)
     with client.stream("GET", f"/v1/jobs/{job_id}/events", headers={"Last-Event-ID": "-".join([str(cursors.SQL_INT4_MAX)] * 3)}) as s:
         assert s.status_code == 200
@@ -184,6 +186,7 @@ def test_a_followed_log_ends_at_its_lifetime_and_resumes_where_it_stopped(client
     assert client.get(url, params={"rank": "launcher", "position": "", "tail": 1}).text.startswith("line 0\n")
     bad = client.get(url, params={"rank": "launcher", "position": "99999999999999999999"})
     assert bad.status_code == 422 and _field_of(bad) == ["position"]
+    assert bad.json()["errors"][0]["message"] == "malformed position; use the one a followed log ended with"
 
     # The client resumes by itself, on the same attempt, and shows no marker: every line once.
     def finish_later() -> None:
