@@ -20,6 +20,7 @@ from api.schemas import SSE_PAYLOADS, Problem
 from jobs.infra.keys import KeyNotFound
 from jobs.lifecycle.job_control import JobConflict
 from jobs.lifecycle.submission import IdempotencyMismatch
+from jobs.reads import cursors
 from jobs.reads.artifacts import FileUnavailable
 from jobs.reads.job_lookup import JobNotFound
 from jobs.storage.store import StoreError
@@ -47,10 +48,10 @@ def _field(loc: tuple[Any, ...] | list[Any]) -> str:
 # Positions only this server makes: a client passes back what it was given, so a mismatch is worded as that, not as
 # the regular expression (the OpenAPI states it; spelled out here it is hundreds of characters of digit ranges).
 _SERVER_MADE = {
-    ("query", "cursor"): "malformed cursor; pass back a next_cursor this server returned",
-    ("header", "Last-Event-ID"): "malformed event id; use the id of a message this stream sent",
-    ("query", "last_event_id"): "malformed event id; use the id of a message this stream sent",
-    ("query", "position"): "malformed position; use the one a followed log ended with",
+    ("query", "cursor"): cursors.MALFORMED_CURSOR,
+    ("header", "Last-Event-ID"): cursors.MALFORMED_EVENT_ID,
+    ("query", "last_event_id"): cursors.MALFORMED_EVENT_ID,
+    ("query", "position"): cursors.MALFORMED_POSITION,
 }
 
 

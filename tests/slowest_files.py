@@ -22,6 +22,7 @@ import pytest
 from _pytest.subtests import SubtestReport
 
 SHOWN = 20
+CPU_PROPERTY = "torchyard_cpu_s"  # the user property each report's CPU stamp travels in (to the xdist controller too)
 
 
 def file_of(nodeid: str) -> str:
@@ -53,9 +54,6 @@ class CpuStamps:
         report.user_properties.append((CPU_PROPERTY, (now[0] - self.last[0], now[1] - self.last[1])))
         self.last = now
         return report
-
-
-CPU_PROPERTY = "torchyard_cpu_s"
 
 
 class SlowestFiles:

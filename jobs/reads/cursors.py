@@ -52,6 +52,12 @@ _METRIC_CURSOR = re.compile(METRIC_CURSOR)
 _EVENT_ID = re.compile(EVENT_ID)
 
 
+# What a client is told when it sends a position this server did not make (here, and by the API's own validation).
+MALFORMED_CURSOR = "malformed cursor; pass back a next_cursor this server returned"
+MALFORMED_EVENT_ID = "malformed event id; use the id of a message this stream sent"
+MALFORMED_POSITION = "malformed position; pass back the one a followed log ended with"
+
+
 class MalformedCursor(ValueError):
     """A cursor or event id this server did not make: the field it came in is named by the caller."""
 
@@ -63,7 +69,7 @@ def job_cursor(last_id: str) -> str:
 def parse_job_cursor(raw: str) -> str:
     """The id after which a job list continues."""
     if not _JOB_CURSOR.fullmatch(raw):
-        raise MalformedCursor("malformed cursor; pass back a next_cursor this server returned")
+        raise MalformedCursor(MALFORMED_CURSOR)
     return raw
 
 
@@ -74,7 +80,7 @@ def metric_cursor(step: int, name: str) -> str:
 def parse_metric_cursor(raw: str) -> tuple[int, str]:
     """The (step, name) after which a metric list continues."""
     if not _METRIC_CURSOR.fullmatch(raw):
-        raise MalformedCursor("malformed cursor; pass back a next_cursor this server returned")
+        raise MalformedCursor(MALFORMED_CURSOR)
     step, _, name = raw.partition(".")
     # Bytes no name has are still a position: compared, never an error. No name holds NUL (PostgreSQL refuses it in
     # text), and for names without one, after "x\0..." is after "x": cut there, so PostgreSQL can compare it.
@@ -88,6 +94,6 @@ def event_id(transition_id: int, seq: int, found: int = 0) -> str:
 def parse_event_id(raw: str) -> tuple[int, int, int]:
     """(transition id, seq, found seq; 0 when the id has no third part)."""
     if not _EVENT_ID.fullmatch(raw):
-        raise MalformedCursor(f"malformed event id {raw[:40]!r}; use the id of a message this stream sent")
+        raise MalformedCursor(MALFORMED_EVENT_ID)
     parts = [int(p) for p in raw.split("-")]
     return parts[0], parts[1], parts[2] if len(parts) == 3 else 0

@@ -131,5 +131,5 @@ def encode_position(offsets: dict[str, int]) -> str:
 def decode_position(raw: str) -> dict[str, int]:
     """Byte offsets by file key; cursors.MalformedCursor (a ValueError) for anything but a position this server sent."""
     if not _POSITION.fullmatch(raw):
-        raise cursors.MalformedCursor("malformed position; pass back the one a followed log ended with")
+        raise cursors.MalformedCursor(cursors.MALFORMED_POSITION)
     return {key: int(offset) for key, offset in (part.split(":") for part in raw.split(".") if part)}

@@ -186,7 +186,7 @@ def test_a_followed_log_ends_at_its_lifetime_and_resumes_where_it_stopped(client
     assert client.get(url, params={"rank": "launcher", "position": "", "tail": 1}).text.startswith("line 0\n")
     bad = client.get(url, params={"rank": "launcher", "position": "99999999999999999999"})
     assert bad.status_code == 422 and _field_of(bad) == ["position"]
-    assert bad.json()["errors"][0]["message"] == "malformed position; use the one a followed log ended with"
+    assert bad.json()["errors"][0]["message"] == "malformed position; pass back the one a followed log ended with"
 
     # The client resumes by itself, on the same attempt, and shows no marker: every line once.
     def finish_later() -> None:
