@@ -27,14 +27,17 @@ def host(client: httpx.Client, host_id: str) -> dict[str, Any]:
 
 def test_a_drain_moves_a_running_job_to_another_host_with_every_step_once(services: Services, settings: Settings) -> None:
     services.start_api()
-    services.start_worker("gpu-a", TORCHYARD_WORKER_GPUS="1", **faults(slow()))
+    for name in ("gpu-a", "gpu-b"):
+        services.start_worker(name, TORCHYARD_WORKER_GPUS="1", **faults(slow(0.5)))
     with services.client() as client:
+        wait_until(lambda: sum(h["alive"] for h in client.get("/v1/hosts").json()["items"]) == 2, 120, what="both hosts live")
+        # gpu-b is held out until the job has started on gpu-a, so the drain always finds it running there
+        # (30 steps of 0.5 s leave it running long after step 6, however loaded the machine).
+        assert client.post("/v1/hosts/gpu-b/drain", json={"reason": "not yet"}).status_code == 200
         job = client.post("/v1/jobs", json=spec(30, parallel=ONE_GPU)).json()["id"]
         wait_step(services, client, job, 6)
         assert client.get(f"/v1/jobs/{job}").json()["placement"][0]["host"] == "gpu-a"
-        services.start_worker("gpu-b", TORCHYARD_WORKER_GPUS="1", **faults(slow()))
-        wait_until(lambda: any(h["id"] == "gpu-b" and h["alive"] for h in client.get("/v1/hosts").json()["items"]), 60,
-                   what="host gpu-b live")
+        assert client.post("/v1/hosts/gpu-b/undrain").json()["state"] == "ready"
 
         resp = client.post("/v1/hosts/gpu-a/drain", json={"reason": "replace the fan"})
         assert resp.status_code == 200, resp.text
