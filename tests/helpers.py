@@ -105,7 +105,9 @@ class Services:
                                 env=service_env(self.settings, **env), cwd=ROOT,
                                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
 
-    def start_api(self, timeout_s: float = 30, wrap: list[str] | None = None, **env: str) -> Services:
+    # A deadline far past a healthy start (2-5 s): at load 15 an API took over 30 s to answer /readyz. A start that
+    # fails still fails at once, with the log's tail (wait_for_api).
+    def start_api(self, timeout_s: float = 180, wrap: list[str] | None = None, **env: str) -> Services:
         self.api = self._spawn(["api", "--port", str(self.port), "--log-level", "warning"], "api", wrap, **env)
         wait_for_api(self.api, self.url, self.logs / "api.log", timeout_s)
         return self

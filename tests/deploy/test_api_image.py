@@ -58,6 +58,7 @@ def _build_context(src: Path) -> Path:
     return src
 
 
+@pytest.mark.timeout(1800)  # builds a wheel and installs the API's requirements in a fresh venv: minutes at load
 def test_api_environment_without_torch_serves(tmp_path: Path, redis_url: str) -> None:
     wheels, venv = tmp_path / "wheels", tmp_path / "venv"
     context = _build_context(tmp_path / "src")
