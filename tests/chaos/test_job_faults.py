@@ -81,8 +81,9 @@ def test_hung_rank_is_stopped_by_the_stall_watchdog_and_retried(services: Servic
     services.start_api()
     services.start_worker("a", **faults({"action": "hang", "step": 4, "rank": 1, "restart": None, "attempt": 1}))
     with services.client() as client:
-        job_id = client.post("/v1/jobs", json=spec(20, stall_timeout_s=10, retries=1)).json()["id"]
-        job = services.wait_status(client, job_id, TERMINAL, timeout_s=150)
+        # 30 s without a step: far past a healthy step at load 15, where 10 s also stopped the retry, which ran clean.
+        job_id = client.post("/v1/jobs", json=spec(20, stall_timeout_s=30, retries=1)).json()["id"]
+        job = services.wait_status(client, job_id, TERMINAL, timeout_s=300)
         assert_nothing_lost(client, job, 20)
     tries = attempts(settings, job_id)
     assert [(a.outcome, a.error_type) for a in tries] == [("failed", "stalled"), ("succeeded", None)]
