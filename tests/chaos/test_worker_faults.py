@@ -26,7 +26,7 @@ pytestmark = pytest.mark.slow
 
 def test_whole_worker_sigkilled_mid_job_resumes_on_a_new_worker(services: Services, settings: Settings) -> None:
     services.start_api()
-    doomed = services.start_worker("doomed", **faults(slow()))
+    doomed = services.start_worker("doomed", **faults(slow(0.5)))  # 14 s left after step 12: the kill lands mid-job
     with services.client() as client:
         job_id = client.post("/v1/jobs", json=spec(40, ranks=1)).json()["id"]
         wait_step(services, client, job_id, 12)
@@ -56,7 +56,7 @@ def test_sigkill_of_only_the_rq_main_process_loses_nothing(services: Services) -
 
 def test_sigterm_preempts_checkpoints_and_resumes_elsewhere(services: Services, settings: Settings) -> None:
     services.start_api()
-    first = services.start_worker("preempted", **faults(slow()))
+    first = services.start_worker("preempted", **faults(slow(0.5)))  # 15 s left after step 10 for the SIGTERM to land
     with services.client() as client:
         job_id = client.post("/v1/jobs", json=spec(40, retries=0, ranks=1)).json()["id"]
         wait_step(services, client, job_id, 10)

@@ -65,7 +65,10 @@ def timeline(client: httpx.Client, job_id: str) -> list[tuple[str, str]]:
 
 def test_a_high_priority_job_preempts_a_low_one_that_resumes_from_its_checkpoint(services: Services, settings: Settings) -> None:
     services.start_api(TORCHYARD_SECRETS_KEY=Fernet.generate_key().decode(), TORCHYARD_WEBHOOK_ALLOW_HOSTS="127.0.0.1")
-    services.start_worker("gpu-box", TORCHYARD_WORKER_GPUS="2", TORCHYARD_PREEMPT_MIN_RUNTIME_S="0", **faults(slow()))
+    services.start_worker("gpu-box", TORCHYARD_WORKER_GPUS="2", TORCHYARD_PREEMPT_MIN_RUNTIME_S="0",
+                          # 0.5 s a step on first attempts: the low job has 16 s left after step 8, far past the
+                          # preemption's nudge, stop request and checkpoint on a loaded machine (0.15 s left 4.8 s)
+                          **faults(slow(0.5, attempt=1)))
     receiver = Receiver()
     with services.client() as client:
         hook = client.post("/v1/webhooks", json={"url": receiver.url("/"), "events": ["job.preempted"], "secret": SECRET})
