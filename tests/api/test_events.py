@@ -7,8 +7,10 @@ import threading
 import time
 from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
 
+from jobs.reads import feed
 from jobs.reads.feed import BATCH
 from jobs.settings import Settings
 from jobs.store.models import Status
@@ -83,12 +85,23 @@ def test_resume_after_any_message_sends_exactly_the_rest(client: TestClient, set
     assert [m[1] for m in events(client, job["id"], last_event_id=full[-1][0])] == ["end"]
 
 
-def test_live_stream_follows_the_job_until_it_ends(client: TestClient, settings: Settings) -> None:
+def test_live_stream_follows_the_job_until_it_ends(client: TestClient, settings: Settings,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     client.app.state.settings = settings.model_copy(update={"sse_poll_interval_s": 0.05})  # type: ignore[attr-defined]
     job = client.post("/v1/jobs", json=mlp_spec()).json()
+    first_read = threading.Event()
+    snapshot = feed.snapshot
+
+    def snapshot_then_tell(*args: Any, **kwargs: Any) -> feed.Message:
+        taken = snapshot(*args, **kwargs)
+        first_read.set()
+        return taken
+
+    monkeypatch.setattr(feed, "snapshot", snapshot_then_tell)
 
     def worker() -> None:
-        time.sleep(1.0)  # after the stream's first read, which sees the job queued (a loaded machine takes its time)
+        # The job starts once the stream's first read has seen it queued, however long a loaded machine takes to get there.
+        assert first_read.wait(600), "the stream never read the job"
         start_job(settings, job["id"])
         for seq in range(1, 4):
             time.sleep(0.1)

@@ -36,10 +36,16 @@ def test_a_key_revoked_elsewhere_stops_working_within_the_cache_bound(
         made = client.post("/v1/keys", json={"owner": "alice", "name": "k"}).json()
         alice = {"Authorization": f"Bearer {made['key']}"}
         assert client.get("/v1/jobs", headers=alice).status_code == 200  # verified, and cached when cache_s > 0
+        cached_by = time.monotonic()  # the key's cache entry, if any, was made before this
         _revoke_elsewhere(client, made["id"])
-        revoked_at = time.monotonic()
-        while client.get("/v1/jobs", headers=alice).status_code == 200:
-            assert time.monotonic() - revoked_at <= cache_s + 0.5, f"a revoked key still works after {cache_s} s"
+        # A request that starts once the entry's time is up is refused; one that started before may still pass,
+        # however long a loaded machine takes to answer it.
+        while True:
+            started = time.monotonic()
+            if client.get("/v1/jobs", headers=alice).status_code != 200:
+                break
+            late = started - cached_by
+            assert started < cached_by + cache_s, f"a revoked key still works {late:.2f} s after it was cached for {cache_s} s"
             time.sleep(0.1)
         assert client.get("/v1/jobs", headers=alice).status_code == 401
 

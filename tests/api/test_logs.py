@@ -7,9 +7,12 @@ import os
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
 
+from jobs.reads import job_logs as job_logs_files
 from jobs.settings import Settings
 from jobs.store.models import Status
 from jobs.store.states import transition
@@ -78,12 +81,23 @@ def test_logs_of_an_earlier_attempt(client: TestClient, settings: Settings) -> N
     assert client.get(base, params={"attempt": 3}).status_code == 404
 
 
-def test_follow_streams_appended_lines_until_the_job_ends(client: TestClient, settings: Settings) -> None:
+def test_follow_streams_appended_lines_until_the_job_ends(client: TestClient, settings: Settings,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     client.app.state.settings = settings.model_copy(update={"sse_poll_interval_s": 0.05})  # type: ignore[attr-defined]
     job = client.post("/v1/jobs", json=mlp_spec()).json()
+    first_read = threading.Event()
+    job_log = job_logs_files.job_log
+
+    def job_log_then_tell(*args: Any, **kwargs: Any) -> Any:
+        found = job_log(*args, **kwargs)
+        first_read.set()
+        return found
+
+    monkeypatch.setattr(job_logs_files, "job_log", job_log_then_tell)
 
     def worker() -> None:
-        time.sleep(0.2)
+        # The job starts once the follower has read it queued, however long a loaded machine takes to get there.
+        assert first_read.wait(600), "the follower never read the job"
         run_dir = start_job(settings, job["id"])
         time.sleep(0.2)
         write_logs(run_dir, 1)

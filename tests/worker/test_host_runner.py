@@ -14,6 +14,7 @@ from redis import Redis
 from rq import Queue
 
 from jobs.scheduling.scheduler import host_queue
+from tests.helpers import wait_until
 from worker import host_runner
 from worker.host_runner import HostRunner
 
@@ -26,7 +27,6 @@ def restore_signals():
         signal.signal(s, handler)
 
 
-@pytest.mark.timeout(60)
 def test_a_stop_reaches_a_task_that_had_no_handler_yet_and_only_after_the_host_left(
         tmp_path: Path, redis_url: str, monkeypatch: pytest.MonkeyPatch, restore_signals: None) -> None:
     term_file, left_file = tmp_path / "task-stopped", tmp_path / "host-left"
@@ -46,7 +46,14 @@ def test_a_stop_reaches_a_task_that_had_no_handler_yet_and_only_after_the_host_l
     host = f"host-{os.getpid()}-{time.monotonic_ns()}"
     Queue(host_queue(host), connection=redis).enqueue("worker.supervisor.run_node", "job-1", 1, 0)
     runner = HostRunner(host, redis, on_stopping=lambda: left_file.write_text(repr(time.time())))
-    threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGTERM)).start()
+
+    def stop_once_the_task_runs() -> None:
+        # The host's SIGTERM once it has started the task (which then sleeps 1.5 s before it listens); a stop before
+        # the task starts would only test a host that never took it.
+        wait_until(lambda: runner.children, 600, interval_s=0.01, what="the host to start the task")
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=stop_once_the_task_runs, daemon=True).start()
 
     runner.run()  # returns once every task has ended
 
