@@ -52,7 +52,9 @@ def test_supervisor_frozen_past_its_lease_writes_and_kills_nothing_when_it_wakes
         horse = [p for p in psutil.Process(stale.pid).children() if p.pid != stale.pid]
         for proc in frozen:
             proc.send_signal(signal.SIGSTOP)
-        services.start_worker("fresh", **idle, **faults(slow(0.15)))
+        # 0.5 s a step: attempt 2 has half a minute left after the step the test waits for, far past the stale
+        # supervisor's wake and exit on a loaded machine (0.15 s left 10 s), so the job is still running when checked.
+        services.start_worker("fresh", **idle, **faults(slow(0.5)))
         # The lease lapses (3 s), a reconciler requeues the job as attempt 2 and the fresh worker runs it.
         wait_until(lambda: client.get(f"/v1/jobs/{job_id}").json()["attempt"] == 2, 120, what="attempt 2")
         wait_step(services, client, job_id, reached + 6)

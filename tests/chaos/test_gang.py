@@ -107,7 +107,8 @@ def test_killing_a_node_worker_resumes_the_gang_elsewhere(services: Services, se
     """SIGKILL of one node's whole worker (a crashed container): the other node stops too (node 0 sees the
     follower's heartbeat expire, or a follower sees node 0's), and a new gang resumes from the checkpoint."""
     services.start_api()
-    workers = {name: services.start_worker(name, **GANG_ENV, **faults(slow(0.2))) for name in ("node-a", "node-b")}
+    # 0.6 s a step on the first attempt: 10 s are left after step 7 (0.2 s left 3.4 s) for the kill to land mid-job.
+    workers = {name: services.start_worker(name, **GANG_ENV, **faults(slow(0.6, attempt=1))) for name in ("node-a", "node-b")}
     with services.client() as client:
         job_id = client.post("/v1/jobs", json=gang_spec(24)).json()["id"]
         running = wait_step(services, client, job_id, 7)

@@ -151,8 +151,10 @@ def test_a_killed_rank_leaves_one_mlflow_run_per_job_with_the_jobs_outcome(servi
 
     services.start_api()
     services.start_worker(TORCHYARD_MLFLOW_TRACKING_URI=mlflow_server,
-                          # Slow steps, so rank 0's sink has opened its run (a few HTTP calls) well before the kill.
-                          TORCHYARD_FAULTS=json.dumps([{"action": "slow", "step": 1, "seconds": 0.3, "attempt": None},
+                          # Slow first attempts (12 s before the kill), so rank 0's sink has opened its run (a few HTTP
+                          # calls on a thread, which took over 3.6 s on a loaded machine) well before the kill.
+                          TORCHYARD_FAULTS=json.dumps([{"action": "slow", "step": 1, "seconds": 1.0, "attempt": 1},
+                                                       {"action": "slow", "step": 1, "seconds": 0.3, "attempt": 2},
                                                        {"action": "sigkill", "step": 12, "rank": 0, "attempt": 1}]))
     base = {**SPEC, "tracking": {"mlflow": {"experiment": "killed"}}, "checkpoint": {"every_steps": 2}}
     with services.client() as client:

@@ -15,7 +15,7 @@ import pytest
 from redis import Redis
 
 from stack.redis_server import free_port
-from tests.helpers import ADMIN_TOKEN, ROOT, wait_for_api
+from tests.helpers import ADMIN_TOKEN, ROOT, wait_for_api, wait_until
 from tests.security.conftest import Live
 
 pytestmark = pytest.mark.slow
@@ -45,8 +45,9 @@ def test_torchyard_up_uses_a_password_protected_redis(live: Live, tmp_path: Path
         wait_for_api(proc, f"http://127.0.0.1:{port}", log_path)  # readyz pings Redis with the password
         resp = httpx.get(f"http://127.0.0.1:{port}/v1/jobs", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
         assert resp.status_code == 200
-        workers = Redis.from_url(url).smembers("rq:workers")
-        assert any(b"local-0" in w for w in workers), workers  # the worker joined, through the password
+        # The API answers before its worker has registered: wait for the worker to join, through the password.
+        wait_until(lambda: any(b"local-0" in w for w in Redis.from_url(url).smembers("rq:workers")), 300,
+                   what="the stack's worker in rq:workers")
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(60)

@@ -67,7 +67,9 @@ def _host_dies_once(services: Services, doomed: subprocess.Popen[bytes], job_id:
 def test_a_job_whose_host_dies_resumes_on_another_from_the_store(services: Services, settings: Settings, s3: SeaweedS3,
                                                                  tmp_path: Path) -> None:
     store_env, host_a, host_b, store = _hosts(services, settings, s3, tmp_path)
-    doomed = services.start_worker("host-a", TORCHYARD_RUNS_DIR=str(host_a), **store_env, **faults(slow(0.3)))
+    # 1 s a step on host A: 12 s of the job are left once its step-4 checkpoint is in the store (0.3 s left 3.6 s,
+    # less than a loaded machine's upload and poll), so host A dies mid-job.
+    doomed = services.start_worker("host-a", TORCHYARD_RUNS_DIR=str(host_a), **store_env, **faults(slow(1.0)))
     one_rank = spec(STEPS, checkpoint={"every_steps": 4}, parallel={"strategy": "ddp", "nproc_per_node": 1})
     with services.client() as client:
         created = client.post("/v1/jobs", json=one_rank)

@@ -48,7 +48,9 @@ SCRIPT = textwrap.dedent('''
             optimizer.zero_grad()
             step += 1
             accelerator.log({"train_loss": loss.item()}, step=step)
-            time.sleep(0.15)
+            # The test kills the first attempt once step 8's checkpoint is listed: slower from there, so the kill
+            # lands mid-job on a loaded machine (0.15 s a step left 2.4 s).
+            time.sleep(1.0 if os.environ.get("TORCHYARD_ATTEMPT") == "1" and step >= 8 else 0.15)
             if step % args.save_every == 0:
                 accelerator.save_state(f"ckpt/step_{step}")
             if step >= args.steps:
