@@ -16,6 +16,7 @@ from jobs.infra.queue import redis_client
 from jobs.lifecycle.reconciler import ReconcilerLoop
 from jobs.scheduling.scheduler import SchedulerLoop
 from jobs.settings import get_settings
+from jobs.storage import store
 from jobs.store.db import get_engine, init_db
 from jobs.sweeps.controller import SweepLoop
 from jobspec.pdeathsig import set_not_dumpable
@@ -54,6 +55,8 @@ def main(argv: list[str] | None = None) -> None:
     init_db(get_engine(settings.database_url))
     if settings.mlflow_tracking_uri:
         mlflow_runs.preload()
+    if settings.storage_url:
+        store.preload()
     with Session(get_engine(settings.database_url)) as session:
         mode = on_worker_start(settings, session, name)
     if mode.uids is None:

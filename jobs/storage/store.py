@@ -19,12 +19,6 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
-import boto3
-import botocore.exceptions
-from boto3.exceptions import Boto3Error
-from boto3.s3.transfer import TransferConfig
-from botocore.config import Config
-
 from jobs.storage.url import StorageUrl, parse
 
 if TYPE_CHECKING:
@@ -44,8 +38,27 @@ class NotInStore(StoreError):
     """The object asked for is not in the store."""
 
 
+def _boto_errors() -> tuple[type[BaseException], ...]:
+    """What a boto3 call raises when the store fails (boto3 is imported by the first store made, not by every process
+    that imports this module: the API, a worker and the CLI without a store never pay its second of import)."""
+    import botocore.exceptions
+    from boto3.exceptions import Boto3Error
+
+    return botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError, Boto3Error
+
+
+def preload() -> None:
+    """Import boto3 now, in a worker about to fork tasks that each use the store: they inherit it."""
+    import boto3.s3.transfer  # noqa: F401
+
+    _boto_errors()
+
+
 def _code(exc: BaseException) -> str:
     """What went wrong, in a word the server or botocore chose: an error code or an exception's class name."""
+    import botocore.exceptions
+    from boto3.exceptions import Boto3Error
+
     if isinstance(exc, botocore.exceptions.ClientError):
         error = exc.response.get("Error", {}) if isinstance(exc.response, dict) else {}
         code = str(error.get("Code") or exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or "error")
@@ -67,6 +80,10 @@ class ObjectStore:
 
     def __init__(self, url: StorageUrl, endpoint_url: str | None = None, *, max_attempts: int = 5,
                  connect_timeout_s: float = 5.0, read_timeout_s: float = 60.0):
+        import boto3
+        from boto3.s3.transfer import TransferConfig
+        from botocore.config import Config
+
         self.url = url
         config = Config(retries={"mode": "standard", "max_attempts": max_attempts}, connect_timeout=connect_timeout_s,
                         read_timeout=read_timeout_s, signature_version="s3v4",
@@ -83,7 +100,7 @@ class ObjectStore:
     def _call(self, what: str, key: str) -> Iterator[None]:
         try:
             yield
-        except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError, Boto3Error) as exc:
+        except _boto_errors() as exc:
             where = f"s3://{self.url.bucket}/{self._key(key)}"
             kind = NotInStore if _missing(exc) else StoreError
             raise kind(f"object store: {what} {where} failed: {_code(exc)}") from None
