@@ -51,8 +51,8 @@ install-test: install-torch
 	$(MAKE) install-client PYTHON=$(PYTHON)
 
 # Three test files at a time (pytest-xdist; each file whole in one process, so its module fixtures start once):
-# 25-28 min of pytest on 2 cores (1,106 tests, a clean clone, caches of earlier runs kept; 33-35 with other runs beside it;
-# 66 on a fresh machine that builds every image, beside other runs for half of it),
+# 25-28 min of pytest on 2 cores in earlier runs (1,106 tests, a clean clone, caches of earlier runs kept; 33-35 with other
+# runs beside it; the latest such run 51; 66 on a fresh machine that builds every image, beside other runs for half of it),
 # since most of a slow test's time is waiting for torchrun, the API or a worker to start. TEST_PROCESSES=0: pytest's own
 # single process.
 TEST_PROCESSES ?= 3
