@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any
 
 import httpx
 import psutil
+import pytest
 
 from jobs.settings import Settings
 from stack.redis_server import free_port
@@ -59,6 +61,21 @@ def wait_until(predicate: Callable[[], Any], timeout_s: float, interval_s: float
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out after {timeout_s:.0f}s waiting for {what}")
         time.sleep(interval_s)
+
+
+def told_when_called(monkeypatch: pytest.MonkeyPatch, module: Any, name: str) -> threading.Event:
+    """An Event set once ``module.name`` has returned: a test's other thread waits for the code under test to get
+    that far, however long a loaded machine takes, instead of sleeping a fixed time."""
+    called = threading.Event()
+    original = getattr(module, name)
+
+    def call_then_tell(*args: Any, **kwargs: Any) -> Any:
+        result = original(*args, **kwargs)
+        called.set()
+        return result
+
+    monkeypatch.setattr(module, name, call_then_tell)
+    return called
 
 
 def assert_resumed_after_a_kill(job: dict[str, Any]) -> None:

@@ -15,6 +15,7 @@ from jobs.reads.feed import BATCH
 from jobs.settings import Settings
 from jobs.store.models import Status
 from tests.api.conftest import finish_job, ingest, mlp_spec, start_job
+from tests.helpers import told_when_called
 
 Message = tuple[str, str, dict[str, Any]]  # (id, event, data)
 
@@ -89,15 +90,7 @@ def test_live_stream_follows_the_job_until_it_ends(client: TestClient, settings:
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     client.app.state.settings = settings.model_copy(update={"sse_poll_interval_s": 0.05})  # type: ignore[attr-defined]
     job = client.post("/v1/jobs", json=mlp_spec()).json()
-    first_read = threading.Event()
-    snapshot = feed.snapshot
-
-    def snapshot_then_tell(*args: Any, **kwargs: Any) -> feed.Message:
-        taken = snapshot(*args, **kwargs)
-        first_read.set()
-        return taken
-
-    monkeypatch.setattr(feed, "snapshot", snapshot_then_tell)
+    first_read = told_when_called(monkeypatch, feed, "snapshot")
 
     def worker() -> None:
         # The job starts once the stream's first read has seen it queued, however long a loaded machine takes to get there.

@@ -7,7 +7,6 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -17,6 +16,7 @@ from jobs.settings import Settings
 from jobs.store.models import Status
 from jobs.store.states import transition
 from tests.api.conftest import finish_job, mlp_spec, session_of, start_job
+from tests.helpers import told_when_called
 
 
 def write_logs(run_dir: Path, attempt: int, torchrun_id: str = "none_abc123", restarts: int = 1, ranks: int = 2) -> None:
@@ -85,15 +85,7 @@ def test_follow_streams_appended_lines_until_the_job_ends(client: TestClient, se
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     client.app.state.settings = settings.model_copy(update={"sse_poll_interval_s": 0.05})  # type: ignore[attr-defined]
     job = client.post("/v1/jobs", json=mlp_spec()).json()
-    first_read = threading.Event()
-    job_log = job_logs_files.job_log
-
-    def job_log_then_tell(*args: Any, **kwargs: Any) -> Any:
-        found = job_log(*args, **kwargs)
-        first_read.set()
-        return found
-
-    monkeypatch.setattr(job_logs_files, "job_log", job_log_then_tell)
+    first_read = told_when_called(monkeypatch, job_logs_files, "job_log")
 
     def worker() -> None:
         # The job starts once the follower has read it queued, however long a loaded machine takes to get there.
