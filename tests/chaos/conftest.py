@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 import pytest
 import sqlalchemy as sa
 from sqlmodel import Session
@@ -68,6 +69,18 @@ def assert_nothing_lost(client: httpx.Client, job: dict[str, Any], steps: int) -
     assert loss_steps(client, job["id"]) == list(range(1, steps + 1))
     assert job["last_step"] == steps
     assert marked_processes(job["id"]) == []
+
+
+def alive(procs: list[psutil.Process]) -> list[psutil.Process]:
+    """Those still running: a zombie has ended, its parent just has not reaped it yet."""
+    alive = []
+    for proc in procs:
+        try:
+            if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
+                alive.append(proc)
+        except psutil.Error:
+            continue
+    return alive
 
 
 def attempts(settings: Settings, job_id: str) -> list[Attempt]:

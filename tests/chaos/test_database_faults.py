@@ -17,7 +17,7 @@ from jobs.settings import Settings
 from jobs.store.db import get_engine, init_db
 from jobs.store.models import Checkpoint
 from tests import postgres_server
-from tests.chaos.conftest import assert_nothing_lost, attempts, faults, slow, spec, wait_step
+from tests.chaos.conftest import alive, assert_nothing_lost, attempts, faults, slow, spec, wait_step
 from tests.conftest import make_settings
 from tests.helpers import Services, tree, wait_until
 from worker.sandbox.processes import marked_processes
@@ -61,18 +61,6 @@ def test_postgres_restarted_twice_mid_job_stores_every_step_once(
     assert on_disk and on_disk <= checkpoint_rows(settings, job_id)
 
 
-def _alive(procs: list[psutil.Process]) -> list[psutil.Process]:
-    """Those still running: a zombie has ended, its parent just has not reaped it yet."""
-    alive = []
-    for proc in procs:
-        try:
-            if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
-                alive.append(proc)
-        except psutil.Error:
-            continue
-    return alive
-
-
 def _postgres_processes(server: postgres_server.PostgresServer) -> list[psutil.Process]:
     postmaster = int((server.data / "postmaster.pid").read_text().splitlines()[0])
     return tree(postmaster)
@@ -98,7 +86,7 @@ def test_database_frozen_mid_job_the_watchdog_stops_the_ranks_before_the_lease_l
         try:
             # Each process of the attempt looked up by its pid, not a scan of every process's environment (which
             # took most of the margin on a loaded machine): the time measured is the watchdog's.
-            wait_until(lambda: not _alive(running), 60, interval_s=0.02, what="the watchdog to stop the ranks")
+            wait_until(lambda: not alive(running), 60, interval_s=0.02, what="the watchdog to stop the ranks")
             stopped_after = time.monotonic() - began
         finally:
             for proc in frozen:

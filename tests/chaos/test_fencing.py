@@ -16,7 +16,7 @@ from sqlmodel import Session
 from jobs.settings import Settings
 from jobs.store.db import get_engine
 from jobs.store.models import Transition
-from tests.chaos.conftest import assert_nothing_lost, attempts, faults, slow, spec, wait_step
+from tests.chaos.conftest import alive, assert_nothing_lost, attempts, faults, slow, spec, wait_step
 from tests.helpers import Services, tree, wait_until
 from worker.sandbox.processes import marked_processes
 
@@ -63,7 +63,7 @@ def test_supervisor_frozen_past_its_lease_writes_and_kills_nothing_when_it_wakes
         # Wake the stale worker and its supervisor (its ranks stay stopped: they would only race the new attempt).
         for proc in [psutil.Process(stale.pid), *horse]:
             proc.send_signal(signal.SIGCONT)
-        wait_until(lambda: all(not p.is_running() or p.status() == psutil.STATUS_ZOMBIE for p in horse), 60,
+        wait_until(lambda: not alive(horse), 60,
                    what="the stale supervisor to exit")
         wait_until(lambda: marked_processes(job_id, attempt=1) == [], 30, what="the stale attempt's processes to die")
         assert client.get(f"/v1/jobs/{job_id}").json()["status"] == "running"
