@@ -10,7 +10,6 @@ import os
 if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.pop("COLUMNS", None)
 
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,9 +20,9 @@ from hypothesis import settings as hypothesis_settings
 from redis import Redis
 
 from jobs.settings import Settings
-from jobs.store.db import get_engine, init_db
+from jobs.store.db import get_engine
 from stack.redis_server import RedisServer
-from tests import postgres_server
+from tests import databases, postgres_server
 from tests.helpers import ADMIN_TOKEN, Services
 
 # Every run prints its 20 slowest test files before pytest's final line (tests/slowest_files.py).
@@ -75,18 +74,12 @@ def redis_url(redis_server: RedisServer) -> str:
     return redis_server.url
 
 
-def _postgres_database() -> Iterator[str]:
-    name = f"torchyard_test_{uuid.uuid4().hex[:12]}"
-    admin = sa.create_engine(POSTGRES_ADMIN_URL, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+def _postgres_database(migrated: bool = False) -> Iterator[str]:
+    name = databases.take_postgres(migrated)
     try:
-        yield f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
+        yield databases.url_of(name)
     finally:
-        get_engine.cache_clear()
-        with admin.connect() as conn:
-            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+        databases.give_back_postgres(name)
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -98,11 +91,12 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 @pytest.fixture
-def postgres_url() -> Iterator[str]:
+def postgres_url(request: pytest.FixtureRequest) -> Iterator[str]:
     """A fresh PostgreSQL database, for tests of what only a database server does (several hosts' workers)."""
     if not POSTGRES:
         pytest.skip("PostgreSQL does not answer at 127.0.0.1:5432")
-    yield from _postgres_database()
+    # A test with a `settings` fixture gets the service's schema (init_db): a database left at it is handed out.
+    yield from _postgres_database(migrated="settings" in request.fixturenames)
 
 
 @pytest.fixture
@@ -125,7 +119,7 @@ def make_settings(tmp_path: Path, database_url: str, redis_url: str, **overrides
 @pytest.fixture
 def settings(tmp_path: Path, database_url: str, redis_url: str) -> Settings:
     s = make_settings(tmp_path, database_url, redis_url)
-    init_db(get_engine(s.database_url))
+    databases.migrated(s.database_url)
     return s
 
 
