@@ -15,27 +15,22 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from hypothesis import HealthCheck
-from hypothesis import settings as hypothesis_settings
 from redis import Redis
 
 from jobs.settings import Settings
 from jobs.store.db import get_engine
 from stack.redis_server import RedisServer
-from tests import databases, postgres_server
+from tests import databases, postgres_server, quick_examples, slowest_files
 from tests.helpers import ADMIN_TOKEN, Services
-
-# Every run prints its 20 slowest test files before pytest's final line (tests/slowest_files.py).
-from tests.slowest_files import pytest_configure  # noqa: F401
 
 # Hooks: the quick selection (-m "not slow") fails any test that starts torchrun.
 from tests.torchrun_guard import pytest_deselected, pytest_runtest_call  # noqa: F401
 
-# No test asserts on wall time, Hypothesis's 200 ms deadline and its too-slow health check included: the suite runs
-# three files at a time beside real training ranks, where a pure check took 252 ms on its first call and 0.02 ms on
-# the next, which Hypothesis reports as a flaky failure. A test's own @settings still sets anything else it needs.
-hypothesis_settings.register_profile("torchyard", deadline=None, suppress_health_check=[HealthCheck.too_slow])
-hypothesis_settings.load_profile("torchyard")
+
+def pytest_configure(config: pytest.Config) -> None:
+    slowest_files.pytest_configure(config)  # every run prints its 20 slowest test files before pytest's final line
+    quick_examples.configure(config)  # fewer Hypothesis examples in the quick loop (-m "not slow")
+
 
 POSTGRES_ADMIN_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 

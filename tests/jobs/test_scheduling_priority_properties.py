@@ -13,8 +13,9 @@ from hypothesis import strategies as st
 from jobs.scheduling import Decision, Host, NodePlacement, Placement, QueuedJob, schedule
 from jobs.scheduling.model import Quota
 from jobs.scheduling.simulate import TraceJob, replay
+from tests.quick_examples import examples
 
-SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 NOW = 1_000_000.0
 MIN_RUNTIME = 300.0
 OWNERS = ["alice", "bob", "carol"]

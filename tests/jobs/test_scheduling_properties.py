@@ -13,8 +13,9 @@ from hypothesis import strategies as st
 
 from jobs.scheduling import Decision, Host, NodePlacement, Placement, QueuedJob, order_key, schedule
 from jobs.scheduling.packing import largest_run, runs
+from tests.quick_examples import examples
 
-SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @st.composite

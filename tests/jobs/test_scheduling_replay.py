@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from jobs.scheduling import Host, schedule
 from jobs.scheduling.simulate import TraceJob, head_of_line, replay, synthetic_trace, whole_host_fifo
+from tests.quick_examples import examples
 
 
 def test_four_one_gpu_jobs_share_a_host_where_fifo_runs_them_one_after_another() -> None:
@@ -41,7 +42,7 @@ trace_strategy = st.lists(
 ).map(lambda rows: [TraceJob(f"j{i:02d}", "alice", s, d, g, n) for i, (s, d, g, n) in enumerate(rows)])
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(trace_strategy, st.integers(1, 3))
 def test_replays_start_jobs_after_submission_and_never_exceed_the_gpus(trace: list[TraceJob], nhosts: int) -> None:
     hosts = [Host(f"h{i}", tuple(range(8))) for i in range(nhosts)]

@@ -11,6 +11,7 @@ from pydantic import ValidationError
 
 from jobspec.messages import field_names, suggestion, user_problems
 from jobspec.spec import JobSpec, ScriptJobSpec, spec_from_dict
+from tests.quick_examples import examples
 
 BASE: dict[str, Any] = {"name": "x", "model": {"name": "mlp"}, "data": {"name": "synthetic-classification"},
                         "parallel": {"nproc_per_node": 2}, "train": {"epochs": 1, "global_batch_size": 32}}
@@ -29,7 +30,7 @@ def _problems(raw: dict[str, Any]) -> list[tuple[tuple[Any, ...], str]]:
     return []
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(section=st.sampled_from(sorted(SECTIONS)), data=st.data(), value=values)
 def test_any_bad_value_or_key_gets_one_message_per_field_without_pydantic_internals(section: str, data: st.DataObject,
                                                                                      value: Any) -> None:
@@ -55,7 +56,7 @@ def _written(raw: Any, loc: tuple[Any, ...]) -> bool:
     return True
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(section=st.sampled_from(sorted(SECTIONS)), data=st.data())
 def test_a_misspelt_field_name_is_suggested_back(section: str, data: st.DataObject) -> None:
     names = field_names(SECTIONS[section])

@@ -13,6 +13,7 @@ from pydantic import ValidationError
 from jobs.sweeps.asha import Decision, TrialState, bracket_of, decide, quota
 from jobs.sweeps.sampling import grid, params_of
 from jobs.sweeps.spec import SweepSpec, set_path, trial_spec
+from tests.quick_examples import examples
 
 BASE = {"name": "base", "model": {"name": "mlp"}, "data": {"name": "synthetic-classification"}}
 
@@ -75,7 +76,7 @@ def test_asha_trials_train_to_the_last_rung_and_evaluate_at_every_rung() -> None
 # ---------------------------------------------------------------- ASHA as a simulation of arrivals
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.integers(1, 30), st.sampled_from([2, 3, 4]), st.integers(1, 4), st.integers(1, 8),
        st.data())
 def test_asha_invariants_over_any_order_of_arrivals(n: int, eta: int, rungs: int, slots: int, data: st.DataObject) -> None:
@@ -152,7 +153,7 @@ def _states(data: st.DataObject, n: int, rungs: int, brackets: int) -> list[Tria
     return out
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.integers(0, 30), st.sampled_from([2, 3, 4]), st.integers(1, 5), st.booleans(), st.data())
 def test_brackets_are_ashas_of_their_own(n: int, eta: int, rungs: int, all_created: bool, data: st.DataObject) -> None:
     # With slots for all, the decision over several brackets is each bracket's own decision as plain ASHA (one

@@ -14,11 +14,12 @@ from jobs.hosts import gpu_faults
 from jobs.store.models import ErrorType, Status
 from jobs.store.states import ALLOWED
 from jobspec.exit_codes import PAUSED_PHASE, PREEMPTED_EXIT_CODE
+from tests.quick_examples import examples
 from worker.executors.base import EngineReason, Phase, RankState
 from worker.outcome import Failure
 from worker.verdicts import Facts, Stop, Verdict, Why, judge
 
-SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 PATTERNS = tuple(gpu_faults.patterns())
 HOSTS = ("h0", "h1", "h2")
