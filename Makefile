@@ -51,10 +51,9 @@ install-test: install-torch
 	$(MAKE) install-client PYTHON=$(PYTHON)
 
 # Three test files at a time (pytest-xdist; each file whole in one process, so its module fixtures start once):
-# 25-28 min of pytest on 2 cores in earlier runs (1,106 tests, a clean clone, caches of earlier runs kept; 33-35 with other
-# runs beside it; the latest such run 51; 66 on a fresh machine that builds every image, beside other runs for half of it),
-# since most of a slow test's time is waiting for torchrun, the API or a worker to start. TEST_PROCESSES=0: pytest's own
-# single process.
+# 25 min of pytest on 2 cores from a clean clone on a fresh machine that built every image (1,105 tests, 2,100
+# CPU-seconds besides Docker's builds; 25-51 min on a slower machine earlier), since most of a slow test's time is
+# starting torchrun, the API or a worker. TEST_PROCESSES=0: pytest's own single process.
 TEST_PROCESSES ?= 3
 
 test: install-test
