@@ -31,7 +31,6 @@ from sqlmodel import SQLModel
 from jobs.store.db import get_engine, head_revision, init_db, make_engine
 
 ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/test"
-SQLALCHEMY_ADMIN_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 _PREFIX = "torchyard_test_"
 # This process's emptied databases, each under a name no test has used: as CREATE DATABASE makes them, and at the
 # service's schema with no rows.
