@@ -5,6 +5,8 @@ file; beside a second suite that cost 0.5-1 s of the server's time per test, a q
 a test is done with is instead emptied (its schemas dropped, what ``CREATE DATABASE`` leaves put back) and kept for
 this process's next test. It is renamed first, after its connections are cut: a process the test left behind that
 reconnects finds no database of that name, as it would after a drop, and never writes into the next test's one.
+Names carry the test process's pid: what a killed process kept is dropped by the next one to start (another suite
+running beside this one on the same server keeps its own).
 
 A test that asks for the service's schema (the ``settings`` fixtures) is given a database left at that schema by an
 earlier test, with its rows deleted and its sequences restarted: 5 ms where the migrations take 200.
@@ -24,6 +26,7 @@ import uuid
 from functools import lru_cache
 from pathlib import Path
 
+import psutil
 import psycopg
 import sqlalchemy as sa
 from sqlmodel import SQLModel
@@ -38,7 +41,18 @@ _spare: dict[bool, list[str]] = {False: [], True: []}
 
 
 def _new_name() -> str:
-    return f"{_PREFIX}{uuid.uuid4().hex[:12]}"
+    return f"{_PREFIX}{os.getpid()}_{uuid.uuid4().hex[:12]}"
+
+
+@lru_cache(maxsize=1)
+def _drop_what_dead_processes_kept() -> None:
+    """Once per process: drop the databases of test processes that are gone (killed before their at-exit cleanup)."""
+    with _admin() as admin:
+        names = [row[0] for row in admin.execute("SELECT datname FROM pg_database WHERE datname LIKE %s", (f"{_PREFIX}%",))]
+        for name in names:
+            pid = name.removeprefix(_PREFIX).split("_", 1)[0]
+            if pid.isdigit() and not psutil.pid_exists(int(pid)):
+                admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def url_of(name: str) -> str:
@@ -52,6 +66,7 @@ def _admin() -> psycopg.Connection:
 def take_postgres(migrated: bool = False) -> str:
     """The name of a database no other test uses: as ``CREATE DATABASE`` makes it, or, where one is at hand and
     ``migrated``, at the service's schema with no rows (the caller still runs ``init_db``, which finds it at head)."""
+    _drop_what_dead_processes_kept()
     for pool in ([_spare[True]] if migrated else []) + [_spare[False]]:
         if pool:
             return pool.pop()
