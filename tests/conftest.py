@@ -14,7 +14,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import sqlalchemy as sa
 from redis import Redis
 
 from jobs.settings import Settings
@@ -32,19 +31,7 @@ def pytest_configure(config: pytest.Config) -> None:
     quick_examples.configure(config)  # fewer Hypothesis examples in the quick loop (-m "not slow")
 
 
-POSTGRES_ADMIN_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
-
-
-def _postgres_answers() -> bool:
-    try:
-        with sa.create_engine(POSTGRES_ADMIN_URL, connect_args={"connect_timeout": 2}).connect() as conn:
-            conn.execute(sa.text("SELECT 1"))
-        return True
-    except Exception:  # noqa: BLE001 - any failure means "not available here"
-        return False
-
-
-POSTGRES = _postgres_answers()
+POSTGRES = databases.postgres_answers()
 
 
 @pytest.fixture

@@ -33,7 +33,7 @@ from sqlmodel import SQLModel
 
 from jobs.store.db import get_engine, head_revision, init_db, make_engine
 
-ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/test"
+SERVER = "postgres@127.0.0.1:5432"  # the tests' PostgreSQL (trust auth); its database `test` is the admin's
 _PREFIX = "torchyard_test_"
 # This process's emptied databases, each under a name no test has used: as CREATE DATABASE makes them, and at the
 # service's schema with no rows.
@@ -56,11 +56,26 @@ def _drop_what_dead_processes_kept() -> None:
 
 
 def url_of(name: str) -> str:
-    return f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
+    """The service's (SQLAlchemy's) URL of database ``name``."""
+    return f"postgresql+psycopg://{SERVER}/{name}"
+
+
+def _connect(name: str, **kwargs: object) -> psycopg.Connection:
+    return psycopg.connect(f"postgresql://{SERVER}/{name}", autocommit=True, **kwargs)
 
 
 def _admin() -> psycopg.Connection:
-    return psycopg.connect(ADMIN_URL, autocommit=True)
+    return _connect("test")
+
+
+def postgres_answers() -> bool:
+    """Whether the tests' PostgreSQL is there to use."""
+    try:
+        with _connect("test", connect_timeout=2) as conn:
+            conn.execute("SELECT 1")
+        return True
+    except psycopg.Error:
+        return False
 
 
 def take_postgres(migrated: bool = False) -> str:
@@ -93,7 +108,7 @@ def give_back_postgres(name: str) -> None:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
             return
     try:
-        with psycopg.connect(ADMIN_URL.rsplit("/", 1)[0] + f"/{fresh}", autocommit=True) as conn:
+        with _connect(fresh) as conn:
             migrated = _at_head(conn)
             if migrated:
                 _delete_rows(conn)
