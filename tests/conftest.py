@@ -20,6 +20,9 @@ from jobs.settings import Settings
 from jobs.store.db import get_engine
 from stack.redis_server import RedisServer
 from tests import databases, postgres_server, quick_examples, slowest_files
+
+# Hooks: the longest test files start first (xdist hands out whole files in collection order).
+from tests.file_order import pytest_addoption, pytest_collection_modifyitems  # noqa: F401
 from tests.helpers import ADMIN_TOKEN, Services
 
 # Hooks: the quick selection (-m "not slow") fails any test that starts torchrun.

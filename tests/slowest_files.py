@@ -21,6 +21,8 @@ from collections import defaultdict
 import pytest
 from _pytest.subtests import SubtestReport
 
+from tests import file_order
+
 SHOWN = 20
 CPU_PROPERTY = "torchyard_cpu_s"  # the user property each report's CPU stamp travels in (to the xdist controller too)
 
@@ -57,7 +59,8 @@ class CpuStamps:
 
 
 class SlowestFiles:
-    def __init__(self) -> None:
+    def __init__(self, record_times: bool = False) -> None:
+        self.record_times = record_times  # --record-file-times: the files' times order the next runs (tests/file_order.py)
         self.times: dict[str, float] = defaultdict(float)
         self.cpu: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
 
@@ -76,6 +79,8 @@ class SlowestFiles:
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         if not self.times:
             return
+        if self.record_times:
+            file_order.record(self.times)
         rows = slowest(self.times)
         terminalreporter.write_sep("=", f"{len(rows)} slowest test files (setup + call + teardown)")
         terminalreporter.write_line(f"{'wall':>10} {'cpu: in pytest':>15} {'children':>9}  file")
@@ -91,4 +96,4 @@ class SlowestFiles:
 def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(CpuStamps(), "torchyard-cpu-stamps")
     if not hasattr(config, "workerinput"):  # an xdist worker: the controller sums and prints
-        config.pluginmanager.register(SlowestFiles(), "torchyard-slowest-files")
+        config.pluginmanager.register(SlowestFiles(config.getoption("record_file_times", False)), "torchyard-slowest-files")

@@ -115,6 +115,9 @@ class Supervisor:
                 verdict = judge(stop, self._facts(job, stop))
                 if verdict.status is not None:  # the job's files in the store before it is marked succeeded
                     self.uploads.finish(verdict.status is Status.SUCCEEDED, keep_going=self.lease.try_heartbeat)
+                # No process of the attempt may outlive the status that says it ended: a user (or the next attempt's
+                # placement) reading `cancelled` must find nothing of the job still running.
+                self._end_identity()
                 return verdict_record.record(self.lease, job, verdict, events=self.intake.tail.path,
                                              resumed_step=self.resumed_step, unreadable=self.intake.found.tensorboard.unreadable)
             except (Fenced, SQLAlchemyError) as exc:
