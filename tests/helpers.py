@@ -26,6 +26,16 @@ ADMIN_TOKEN = "test-admin-token"
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def inner_pytest_env() -> dict[str, str]:
+    """The environment of a pytest a test runs on its own files: only the plugins it names (every installed one,
+    schemathesis's among them, took most of such a run's time), not this run's xdist role, and not the options a
+    developer passes this run through PYTEST_ADDOPTS (the inner run has its own conftest, which may not know them)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    for name in ("PYTEST_XDIST_WORKER", "PYTEST_ADDOPTS"):
+        env.pop(name, None)
+    return env
+
+
 def service_env(settings: Settings, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHYARD_")}
     env.update({

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
-from tests.helpers import ROOT
+from tests.helpers import ROOT, inner_pytest_env
 
 INNER = '''
 import subprocess, sys
@@ -28,8 +27,7 @@ def _pytest(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
         [sys.executable, "-m", "pytest", "-q", "-p", "tests.torchrun_guard", "-p", "no:cacheprovider",
          "-o", "markers=slow", "--rootdir", str(tmp_path), str(tmp_path / "test_inner.py"), *args],
         cwd=ROOT, capture_output=True, text=True, timeout=120,
-        # Only the guard under test: every installed plugin (schemathesis's among them) took most of a run's time.
-        env={**os.environ, "PYTHONPATH": str(ROOT), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"})
+        env=inner_pytest_env())  # only the guard under test
 
 
 def test_the_quick_selection_fails_a_test_that_starts_torchrun(tmp_path: Path) -> None:

@@ -3,7 +3,6 @@ pytest-xdist too, where the controller adds up what its workers ran."""
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -15,7 +14,7 @@ from _pytest.subtests import SubtestContext, SubtestReport
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.helpers import ROOT
+from tests.helpers import inner_pytest_env
 from tests.slowest_files import SHOWN, SlowestFiles, file_of, slowest
 
 # The slow file's time is in its fixture's setup and teardown as well as its tests' calls: all of it counts.
@@ -50,8 +49,7 @@ def _run(tmp_path: Path, *args: str) -> list[str]:
     (tmp_path / "test_quick.py").write_text("def test_quick():\n    pass\n")
     (tmp_path / "test_failing.py").write_text("def test_failing():\n    assert False\n")
     # Only the plugins the run needs: each of the run's processes would import every installed one (schemathesis, ...).
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
-    env.pop("PYTEST_XDIST_WORKER", None)
+    env = inner_pytest_env()
     proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-ra", "-q", *args, str(tmp_path)],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1, proc.stdout + proc.stderr  # the one failing test
