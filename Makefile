@@ -50,10 +50,10 @@ install-test: install-torch
 	$(PYTHON) -m pip install -e '.[test]'
 	$(MAKE) install-client PYTHON=$(PYTHON)
 
-# Three test files at a time (pytest-xdist; each file whole in one process, so its module fixtures start once):
-# 25 min of pytest on 2 cores from a clean clone on a fresh machine that built every image (1,105 tests, 2,100
-# CPU-seconds besides Docker's builds; 25-51 min on a slower machine earlier), since most of a slow test's time is
-# starting torchrun, the API or a worker. TEST_PROCESSES=0: pytest's own single process.
+# Three test files at a time (pytest-xdist; each file whole in one process, so its module fixtures start once), the
+# longest first (tests/file_order.py): 952 s of pytest on 2 cores from a clean clone with Docker's layers kept
+# (1,108 tests, 1,340 CPU-seconds besides Docker's builds), since most of a slow test's time is starting torchrun,
+# the API or a worker. Four processes took as long (957 s) and more CPU. TEST_PROCESSES=0: pytest's own single process.
 TEST_PROCESSES ?= 3
 
 test: install-test
