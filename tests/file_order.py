@@ -27,6 +27,11 @@ GUESS_QUICK_S = 1.0
 T = TypeVar("T")
 
 
+def file_of(nodeid: str) -> str:
+    """``tests/x/test_y.py::Case::test[p]`` -> ``tests/x/test_y.py``."""
+    return nodeid.split("::", 1)[0]
+
+
 def load_times(path: Path = TIMES_FILE) -> dict[str, float]:
     try:
         return {str(name): float(seconds) for name, seconds in json.loads(path.read_text()).items()}
@@ -57,9 +62,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 @pytest.hookimpl(trylast=True)  # after the marks' deselection, on what will run
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     times = load_times()
-    slow_files = {item.nodeid.split("::", 1)[0] for item in items if item.get_closest_marker("slow")}
+    slow_files = {file_of(item.nodeid) for item in items if item.get_closest_marker("slow")}
 
     def seconds(name: str) -> float:
         return times.get(name, GUESS_SLOW_S if name in slow_files else GUESS_QUICK_S)
 
-    items[:] = longest_first(items, lambda item: item.nodeid.split("::", 1)[0], seconds)
+    items[:] = longest_first(items, lambda item: file_of(item.nodeid), seconds)

@@ -22,14 +22,10 @@ import pytest
 from _pytest.subtests import SubtestReport
 
 from tests import file_order
+from tests.file_order import file_of
 
 SHOWN = 20
 CPU_PROPERTY = "torchyard_cpu_s"  # the user property each report's CPU stamp travels in (to the xdist controller too)
-
-
-def file_of(nodeid: str) -> str:
-    """``tests/x/test_y.py::Case::test[p]`` -> ``tests/x/test_y.py``."""
-    return nodeid.split("::", 1)[0]
 
 
 def slowest(times: dict[str, float], count: int = SHOWN) -> list[tuple[str, float]]:
