@@ -14,7 +14,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlmodel import Session, SQLModel
 
-from jobs.store.db import _BASELINE, _alembic_config, head_revision, init_db, make_engine, migrate
+from jobs.store.db import _BASELINE, _alembic_config, head_revision, init_db, make_engine, migrate, newest_migration
 from jobs.store.models import Job
 from tests.helpers import ROOT
 
@@ -49,6 +49,25 @@ def test_migrations_at_head_match_the_models(database_url: str) -> None:
         assert _drift(engine) == []
     finally:
         engine.dispose()
+
+
+def test_the_newest_migration_files_name_is_alembics_head() -> None:
+    """Every start checks the schema against the newest file's name without importing Alembic: a migration whose
+    revision is not its file's name would leave every start migrating, or a database behind."""
+    assert newest_migration() == head_revision()
+
+
+def test_a_start_at_head_imports_no_alembic(database_url: str) -> None:
+    engine = make_engine(database_url)
+    try:
+        init_db(engine)
+    finally:
+        engine.dispose()
+    probe = ("import sys; from jobs.settings import get_settings; from jobs.store.db import init_db, make_engine; "
+             "init_db(make_engine(get_settings().database_url)); print(sorted(m for m in sys.modules if m.startswith('alembic')))")
+    out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True,
+                         env={**os.environ, "TORCHYARD_DATABASE_URL": database_url})
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
 
 
 def test_concurrent_starts_migrate_once(database_url: str) -> None:
