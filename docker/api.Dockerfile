@@ -57,7 +57,10 @@ EXPOSE 8000
 
 # /readyz answers 200 only when SQL and Redis answer, so "healthy" means "can take jobs";
 # compose starts the workers after it. python, not curl: the slim image has no curl.
-HEALTHCHECK --interval=10s --timeout=5s --start-period=30s --retries=3 \
+# Probes failed in the first two minutes do not count: on a host whose cores were all busy the API took over a
+# minute to answer, compose's `up --wait` gave up on an unhealthy container, and the worker never started. A healthy
+# start is marked healthy at its first passing probe all the same.
+HEALTHCHECK --interval=10s --timeout=5s --start-period=120s --retries=3 \
     CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/readyz', timeout=4)"]
 
 CMD ["python", "-m", "api", "--host", "0.0.0.0", "--port", "8000"]

@@ -85,5 +85,8 @@ def test_hung_rank_is_stopped_by_the_stall_watchdog_and_retried(services: Servic
         job_id = client.post("/v1/jobs", json=spec(20, stall_timeout_s=30, retries=1)).json()["id"]
         job = services.wait_status(client, job_id, TERMINAL, timeout_s=300)
         assert_nothing_lost(client, job, 20)
-    tries = attempts(settings, job_id)
-    assert [(a.outcome, a.error_type) for a in tries] == [("failed", "stalled"), ("succeeded", None)]
+    tries = [(a.outcome, a.error_type) for a in attempts(settings, job_id)]
+    assert tries[0] == ("failed", "stalled") and tries[-1] == ("succeeded", None), tries
+    # The one retry is spent on the stall. At load 25 a lease lapsed between them once ("lost": its worker missed
+    # renewals), which costs no retry; nothing else may come between.
+    assert {outcome for outcome, _ in tries[1:-1]} <= {"lost", "not_started"} and len(tries) <= 4, tries

@@ -72,9 +72,11 @@ def checkpoints(client: httpx.Client, job_id: str) -> list[dict[str, Any]]:
 
 @contextmanager
 def killed_and_resumed(services: Services, script: str, spec: dict[str, Any], saved_step: int, pythonpath: str,
-                       timeout_s: float = 300) -> Iterator[tuple[httpx.Client, dict[str, Any]]]:
+                       timeout_s: float = 600) -> Iterator[tuple[httpx.Client, dict[str, Any]]]:
     """Run ``script`` (as ``train.py``) under ``spec``; once a checkpoint of at least ``saved_step`` is listed, SIGKILL
-    the worker and start another. Yields an API client and the finished job, asserted resumed after the kill."""
+    the worker and start another. Yields an API client and the finished job, asserted resumed after the kill.
+    ``timeout_s`` is far past a healthy run: a job whose requirements build its environment first took over 300 s
+    to its first checkpoint with a second suite beside it."""
     (services.settings.code_dir / "train.py").write_text(script)
     services.start_api()
     first = services.start_worker(PYTHONPATH=pythonpath)
