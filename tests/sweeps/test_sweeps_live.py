@@ -11,7 +11,7 @@ import httpx
 import pytest
 from cryptography.fernet import Fernet
 
-from tests.helpers import Services, wait_until
+from tests.helpers import LAPSED, Services, wait_until
 from tests.webhooks.receiver import Receiver
 
 pytestmark = pytest.mark.slow
@@ -135,7 +135,7 @@ def test_asha_stops_the_losers_at_each_rung_and_promotes_the_best_from_their_che
             job = client.get(f"/v1/jobs/{t['job_id']}").json()
             # Trained exactly to the rung it was allowed, not a step past it, and never a step twice.
             assert job["last_step"] == [10, 20, 40][t["rung"]], (t, job["attempts"])
-            trained = [a for a in job["attempts"] if a["outcome"] not in ("lost", "not_started")]
+            trained = [a for a in job["attempts"] if a["outcome"] not in LAPSED]
             assert [a["resumed_from_step"] or 0 for a in trained] == [0, 10, 20][:t["rung"] + 1], job["attempts"]
             if t["rung"] == 2:
                 assert t["state"] == "succeeded" and job["status"] == "succeeded" and job["last_step"] == 40
@@ -148,7 +148,7 @@ def test_asha_stops_the_losers_at_each_rung_and_promotes_the_best_from_their_che
         paused = [tr for tr in winner["transitions"] if tr["to_status"] == "queued" and "paused at" in tr["reason"]]
         assert len(paused) == 2, winner["transitions"]
         # An attempt lost to a lapsed lease on a busy machine (nothing of it counted) may sit between them.
-        ran = [a for a in winner["attempts"] if a["outcome"] not in ("lost", "not_started")]
+        ran = [a for a in winner["attempts"] if a["outcome"] not in LAPSED]
         resumed = [a["resumed_from_step"] for a in ran[1:]]
         assert resumed == [10, 20], winner["attempts"]
         steps = [m["step"] for m in client.get(f"/v1/jobs/{winner['id']}/metrics", params={"name": "eval/loss"}).json()["items"]]
