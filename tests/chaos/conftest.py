@@ -35,9 +35,10 @@ def settings(tmp_path: Path, database_url: str, redis_url: str) -> Settings:
     return s
 
 
-def spec(steps: int = 40, ranks: int = 2, **overrides: Any) -> dict[str, Any]:
+def spec(steps: int = 40, ranks: int = 1, **overrides: Any) -> dict[str, Any]:
     """A job of ``ranks`` ranks and ``steps`` optimizer steps, every step logged, a checkpoint every 5. A test of
-    the service (leases, requeues, fencing) needs one rank; two where a rank's own fault or a slot count matters."""
+    the service (leases, requeues, fencing, stops) needs one rank: each rank more is an interpreter importing torch
+    (5 CPU-s). Two where one rank's fault must reach the others, or where the world size is what is checked."""
     body: dict[str, Any] = {
         "name": "chaos",
         "model": {"name": "mlp", "args": {"hidden": 16}},

@@ -47,7 +47,7 @@ def test_postgres_restarted_twice_mid_job_stores_every_step_once(
     services.start_api()
     services.start_worker("only", **faults(slow(0.15)))
     with services.client() as client:
-        job_id = client.post("/v1/jobs", json=spec(steps, retries=0, ranks=1)).json()["id"]
+        job_id = client.post("/v1/jobs", json=spec(steps, retries=0)).json()["id"]
         wait_step(services, client, job_id, 10)
         own_postgres.restart(down_s=0.2)
         wait_step(services, client, job_id, 30)
@@ -75,7 +75,7 @@ def test_database_frozen_mid_job_the_watchdog_stops_the_ranks_before_the_lease_l
     services.start_api()
     services.start_worker("only", **faults(slow(0.15)))
     with services.client() as client:
-        job_id = client.post("/v1/jobs", json=spec(steps, retries=0, ranks=1)).json()["id"]
+        job_id = client.post("/v1/jobs", json=spec(steps, retries=0)).json()["id"]
         wait_step(services, client, job_id, 8)
         running = marked_processes(job_id, attempt=1)
         assert running

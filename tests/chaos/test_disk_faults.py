@@ -42,7 +42,7 @@ def test_disk_full_while_preparing_fails_the_job_as_disk_full(services: Services
     services.start_api()
     services.start_worker()
     with services.client() as client:
-        job_id = client.post("/v1/jobs", json=spec(10, retries=2, ranks=1)).json()["id"]
+        job_id = client.post("/v1/jobs", json=spec(10, retries=2)).json()["id"]
         job = services.wait_status(client, job_id, {"succeeded", "failed", "cancelled"}, timeout_s=120)
         assert job["status"] == "failed"
         assert job["error"]["type"] == "disk_full"

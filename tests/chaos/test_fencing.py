@@ -46,7 +46,7 @@ def test_supervisor_frozen_past_its_lease_writes_and_kills_nothing_when_it_wakes
     idle = {"TORCHYARD_DB_IDLE_IN_TRANSACTION_TIMEOUT_S": "20"}
     stale = services.start_worker("stale", **idle, **faults(slow(0.15)))
     with services.client() as client:
-        job_id = client.post("/v1/jobs", json=spec(80, retries=0, ranks=1)).json()["id"]
+        job_id = client.post("/v1/jobs", json=spec(80, retries=0)).json()["id"]
         reached = wait_step(services, client, job_id, 8)["last_step"]
         frozen = tree(stale.pid)
         horse = [p for p in psutil.Process(stale.pid).children() if p.pid != stale.pid]
@@ -87,7 +87,7 @@ def test_worker_clock_60s_behind_keeps_its_job(services: Services, settings: Set
     services.start_api()
     services.start_worker("skewed", TORCHYARD_CLOCK_OFFSET_S="-60", **faults(slow(0.1)))
     with services.client() as client:
-        job_id = client.post("/v1/jobs", json=spec(40, ranks=1)).json()["id"]
+        job_id = client.post("/v1/jobs", json=spec(40)).json()["id"]
         job = services.wait_status(client, job_id, TERMINAL, timeout_s=180)
         # Leases are stamped by the database: a lease stamped by the worker's clock would have lapsed at once.
         assert_nothing_lost(client, job, 40)

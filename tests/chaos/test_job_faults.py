@@ -29,8 +29,8 @@ def test_rank_raising_restarts_within_attempt_or_fails_with_its_traceback(servic
     services.start_worker("a", **crash)
     services.start_worker("b", **crash)
     with services.client() as client:
-        restarted = client.post("/v1/jobs", json=spec(20, max_restarts=1)).json()["id"]
-        failing = client.post("/v1/jobs", json=spec(20, max_restarts=0)).json()["id"]
+        restarted = client.post("/v1/jobs", json=spec(20, ranks=2, max_restarts=1)).json()["id"]
+        failing = client.post("/v1/jobs", json=spec(20, ranks=2, max_restarts=0)).json()["id"]
         wait_until(lambda: all(client.get(f"/v1/jobs/{j}").json()["status"] != "queued" for j in (restarted, failing)),
                    60, what="both jobs to start")
         ok = services.wait_status(client, restarted, TERMINAL)
@@ -82,7 +82,7 @@ def test_hung_rank_is_stopped_by_the_stall_watchdog_and_retried(services: Servic
     services.start_worker("a", **faults({"action": "hang", "step": 4, "rank": 1, "restart": None, "attempt": 1}))
     with services.client() as client:
         # 30 s without a step: far past a healthy step at load 15, where 10 s also stopped the retry, which ran clean.
-        job_id = client.post("/v1/jobs", json=spec(20, stall_timeout_s=30, retries=1)).json()["id"]
+        job_id = client.post("/v1/jobs", json=spec(20, ranks=2, stall_timeout_s=30, retries=1)).json()["id"]
         job = services.wait_status(client, job_id, TERMINAL, timeout_s=300)
         assert_nothing_lost(client, job, 20)
     tries = [(a.outcome, a.error_type) for a in attempts(settings, job_id)]

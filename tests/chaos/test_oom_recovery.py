@@ -27,7 +27,7 @@ def test_an_oom_attempt_is_retried_with_half_the_micro_batch_and_the_same_losses
     services.start_api()
     # Rank 1 raises CUDA's OutOfMemoryError after step 5 of the first attempt only.
     faulty = services.start_worker("a", **faults({"action": "oom", "step": 5, "rank": 1, "restart": None, "attempt": 1}))
-    body = spec(STEPS, checkpoint={"every_steps": 2})
+    body = spec(STEPS, ranks=2, checkpoint={"every_steps": 2})
     body["train"] = {**body["train"], "auto_micro_batch": True}
     with services.client() as client:
         job_id = client.post("/v1/jobs", json=body).json()["id"]
@@ -45,7 +45,7 @@ def test_an_oom_attempt_is_retried_with_half_the_micro_batch_and_the_same_losses
         # The same job without the fault (and without the option), on a worker without faults: the reference.
         services.kill_worker(faulty)
         services.start_worker("b")
-        plain = spec(STEPS, checkpoint={"every_steps": 2})
+        plain = spec(STEPS, ranks=2, checkpoint={"every_steps": 2})
         ref_id = client.post("/v1/jobs", json=plain).json()["id"]
         ref = services.wait_status(client, ref_id, TERMINAL, timeout_s=240)
         assert ref["status"] == "succeeded" and ref["adjustments"] == []

@@ -28,7 +28,7 @@ def test_whole_worker_sigkilled_mid_job_resumes_on_a_new_worker(services: Servic
     services.start_api()
     doomed = services.start_worker("doomed", **faults(slow(0.5)))  # 14 s left after step 12: the kill lands mid-job
     with services.client() as client:
-        job_id = client.post("/v1/jobs", json=spec(40, ranks=1)).json()["id"]
+        job_id = client.post("/v1/jobs", json=spec(40)).json()["id"]
         wait_step(services, client, job_id, 12)
         services.kill_worker(doomed, whole=True)
         wait_until(lambda: marked_processes(job_id) == [], 60, what="the job's processes to die with their worker")
@@ -45,7 +45,7 @@ def test_sigkill_of_only_the_rq_main_process_loses_nothing(services: Services) -
     services.start_api()
     worker = services.start_worker("headless", **faults(slow(0.1)))
     with services.client() as client:
-        job_id = client.post("/v1/jobs", json=spec(30, ranks=1)).json()["id"]
+        job_id = client.post("/v1/jobs", json=spec(30)).json()["id"]
         wait_step(services, client, job_id, 5)
         services.kill_worker(worker, whole=False)
         # The work horse keeps supervising; a fresh worker is there for anything that needs requeueing.
@@ -58,7 +58,7 @@ def test_sigterm_preempts_checkpoints_and_resumes_elsewhere(services: Services, 
     services.start_api()
     first = services.start_worker("preempted", **faults(slow(0.5)))  # 15 s left after step 10 for the SIGTERM to land
     with services.client() as client:
-        job_id = client.post("/v1/jobs", json=spec(40, retries=0, ranks=1)).json()["id"]
+        job_id = client.post("/v1/jobs", json=spec(40, retries=0)).json()["id"]
         wait_step(services, client, job_id, 10)
         first.send_signal(signal.SIGTERM)  # what `docker stop` sends
         queued = services.wait_status(client, job_id, {"queued", *TERMINAL}, timeout_s=60)

@@ -73,9 +73,9 @@ def test_a_high_priority_job_preempts_a_low_one_that_resumes_from_its_checkpoint
     with services.client() as client:
         hook = client.post("/v1/webhooks", json={"url": receiver.url("/"), "events": ["job.preempted"], "secret": SECRET})
         assert hook.status_code == 201, hook.text
-        low = client.post("/v1/jobs", json=spec(40, name="low", priority=10)).json()["id"]
+        low = client.post("/v1/jobs", json=spec(40, ranks=2, name="low", priority=10)).json()["id"]
         wait_step(services, client, low, 8)
-        high = client.post("/v1/jobs", json=spec(10, name="high", priority=80)).json()["id"]
+        high = client.post("/v1/jobs", json=spec(10, ranks=2, name="high", priority=80)).json()["id"]
         back = services.wait_status(client, low, {"queued", *TERMINAL}, timeout_s=300)
         assert back["status"] == "queued" and f"preempted by job {high} (priority 80)" in back["waiting_reason"]
         # Webhooks hear of it as job.preempted, once, signed.
