@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
 from hypothesis import given
@@ -183,3 +184,40 @@ def test_the_nudge_wait_is_never_under_10_ms_nor_over_a_second(left: float) -> N
     wait = nudge_wait_s(left)
     assert 0.01 <= wait <= 1.0
     assert wait == left or left < 0.01 or left > 1.0
+
+
+def test_a_standby_asks_for_the_lease_a_few_times_per_ttl_and_takes_a_released_one(
+        settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A standby cannot take the lease before it lapses: it asks every TTL/10, not every period (each refused try is
+    a write and a rollback, from every host but one). A clean stop releases it and the standby takes it then."""
+    import time
+
+    from jobs.scheduling.scheduler import SchedulerLoop
+    from tests.helpers import wait_until
+
+    settings = settings.model_copy(update={"lease_ttl_s": 2.0})
+    redis = Redis.from_url(settings.redis_url)
+    holder, standby = SchedulerLoop(settings, LEADER, redis, interval_s=0.01), SchedulerLoop(settings, "b", redis, interval_s=0.01)
+    holder.step()
+    assert holder.leading
+    asked: list[str] = []
+    hold = leader.hold
+    monkeypatch.setattr(leader, "hold", lambda s, name, who, ttl: asked.append(who) or hold(s, name, who, ttl))
+    started = time.monotonic()
+    for _ in range(30):  # thirty periods, in well under TTL/10 (0.2 s) on an idle machine
+        standby.step()
+    # At most one try per 0.2 s (one more for the edge), however long a loaded machine took over the thirty.
+    assert not standby.leading and 1 <= asked.count("b") <= (time.monotonic() - started) / 0.2 + 1
+    first_burst = asked.count("b")
+    holder.stop()  # gives the lease up
+    started = time.monotonic()
+
+    def taken() -> bool:
+        standby.step()
+        time.sleep(0.01)
+        return standby.leading
+
+    wait_until(taken, 60, interval_s=0, what="the standby to take the released lease")
+    # At most one try per 0.2 s since the release (two more for the edges), however long a loaded machine took.
+    assert asked.count("b") - first_burst <= (time.monotonic() - started) / 0.2 + 2
+    standby.stop()
