@@ -100,7 +100,7 @@ def make_settings(tmp_path: Path, database_url: str, redis_url: str, **overrides
     values: dict[str, object] = {
         "database_url": database_url, "redis_url": redis_url, "runs_dir": tmp_path / "runs", "data_dir": tmp_path / "data",
         "code_dir": tmp_path / "code", "admin_token": ADMIN_TOKEN, "max_nproc_per_node": 4,
-        "lease_ttl_s": 10.0, "poll_interval_s": 0.2, "stop_grace_s": 20.0, "single_user": True,
+        "lease_ttl_s": 10.0, "poll_interval_s": 0.5, "stop_grace_s": 20.0, "single_user": True,
     }
     values.update(overrides)
     for key in ("runs_dir", "data_dir", "code_dir"):
