@@ -105,7 +105,7 @@ def test_workers_killed_while_two_rank_jobs_start_leave_no_attempt_behind(servic
         jobs = []
         with services.client() as client:
             for i, whole in enumerate([True, False, True, False]):
-                job_id = client.post("/v1/jobs", json=spec(10)).json()["id"]
+                job_id = client.post("/v1/jobs", json=spec(10, ranks=2)).json()["id"]
                 jobs.append(job_id)
                 services.wait_status(client, job_id, {"running", *TERMINAL})
                 wait_until(lambda: marked_processes(job_id), 120, what=f"job {job_id}'s processes to start")  # noqa: B023
