@@ -14,6 +14,7 @@ import queue
 import socket
 import threading
 
+import httpx
 from sqlmodel import Session
 
 from jobs.infra.secrets import SecretsUnavailable
@@ -39,7 +40,7 @@ class WebhookSender(LeaseLoop):
         self._busy: set[str] = set()
         self._lock = threading.Lock()
         self._todo: queue.Queue[store.Due | None] = queue.Queue()
-        self._client = post.make_client(settings)
+        self._client: httpx.Client | None = None  # made at the first delivery (_http)
         # Daemon threads, not an executor: a POST hanging until its timeout must not hold the process at exit.
         self._posters = [threading.Thread(target=self._post_loop, name=f"torchyard-webhook-post-{i}", daemon=True)
                          for i in range(settings.webhook_threads)]
@@ -90,7 +91,7 @@ class WebhookSender(LeaseLoop):
         except SecretsUnavailable as exc:
             result = post.Result(None, f"cannot sign: {exc}", retry=True)
         else:
-            result = post.send(self._client, hook, delivery, secret, self.settings, self.allow)
+            result = post.send(self._http(), hook, delivery, secret, self.settings, self.allow)
         with Session(get_engine(self.settings.database_url)) as session:
             if not leader.still_held(session, LEASE, self.holder, self.settings.lease_ttl_s):
                 return False  # the new leader sends it again
@@ -107,4 +108,14 @@ class WebhookSender(LeaseLoop):
         for _ in self._posters:
             self._todo.put(None)
         super().stop()
-        self._client.close()
+        with self._lock:
+            if self._client is not None:
+                self._client.close()
+
+    def _http(self) -> httpx.Client:
+        # Made when the first delivery goes out, not when the API starts: its TLS context loads the CA bundle (about
+        # 40 ms of CPU), and an install without webhooks never needs it.
+        with self._lock:
+            if self._client is None:
+                self._client = post.make_client(self.settings)
+            return self._client

@@ -22,7 +22,7 @@ from jobs.store.db import get_engine, migrate
 from jobs.store.models import Job, Status
 from tests.api.conftest import ADMIN, finish_job, key_headers, mlp_spec, session_of, start_job
 from tests.conftest import make_settings
-from tests.helpers import Services
+from tests.helpers import LOCAL_TLS, Services
 
 
 def _counted(settings: Settings, owner: str) -> tuple[int, int]:
@@ -51,7 +51,7 @@ def test_concurrent_submissions_of_one_owner_never_pass_the_cap(tmp_path: Path, 
         barrier = threading.Barrier(50)
 
         def post(url: str) -> None:
-            with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=120) as c:
+            with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=120, verify=LOCAL_TLS) as c:
                 barrier.wait()
                 responses.append(c.post("/v1/jobs", json=mlp_spec()))
 

@@ -18,6 +18,7 @@ from schemathesis.checks import (
 
 from jobs.settings import Settings
 from tests.api.conftest import ADMIN, finish_job, ingest, metric_event, start_job
+from tests.quick_examples import examples
 
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_headers_conformance,
           response_schema_conformance]
@@ -61,7 +62,7 @@ schema = schemathesis.pytest.from_fixture("api_schema")
 
 @pytest.mark.timeout(1800)  # every operation as a subtest of this one test: far past 300 s on a loaded machine
 @schema.parametrize()
-@hypothesis_settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@hypothesis_settings(max_examples=examples(12), deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 def test_api_conforms_to_its_schema(case: schemathesis.Case, finished_job: str) -> None:
     # Half the generated job ids are swapped for a real one, so success responses are checked too.
     job_id = (case.path_parameters or {}).get("job_id")

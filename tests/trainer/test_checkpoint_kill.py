@@ -12,6 +12,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import ROOT
 from torchyard.events import EVENTS_FILE
 from trainer.checkpoint import LATEST, step_dir_name
@@ -62,6 +64,7 @@ RANK = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.slow  # torch processes that train: not in the quick loop
 def test_a_rank_killed_as_its_checkpoint_lands_has_written_every_step_up_to_it(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-c", RANK, str(tmp_path), str(tmp_path / "store")], capture_output=True,
                           text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})

@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -32,6 +33,7 @@ def _load(install: str) -> subprocess.CompletedProcess[str]:
                           timeout=120)
 
 
+@pytest.mark.slow  # torch processes that train: not in the quick loop
 def test_a_load_onto_cpu_0_restores_on_the_cpu_with_the_hook_and_fails_without() -> None:
     hooked = _load("from trainer import cpu_locations; cpu_locations.install()")
     assert hooked.returncode == 0 and hooked.stdout.strip() == "[0.0, 1.0, 2.0] cpu", hooked.stderr[-2000:]

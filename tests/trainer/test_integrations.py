@@ -47,6 +47,7 @@ def test_numbers_keeps_plain_numbers_and_one_element_tensors() -> None:
         "loss": 0.5, "lr": 1e-3, "epoch": 2.0}
 
 
+@pytest.mark.slow  # torch processes that train: not in the quick loop
 def test_lightning_callback_reports_metrics_and_each_saved_checkpoint(tmp_path: Path) -> None:
     pytest.importorskip("lightning.pytorch")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path[1:]]), "TORCHYARD_RUN_DIR": str(tmp_path)}
@@ -59,6 +60,7 @@ def test_lightning_callback_reports_metrics_and_each_saved_checkpoint(tmp_path: 
     assert saved == [(8, "last.ckpt"), (16, "last.ckpt")]  # last.ckpt rewritten each epoch, reported each time
 
 
+@pytest.mark.slow  # torch processes that train: not in the quick loop
 def test_accelerate_tracker_reports_what_accelerator_logs(tmp_path: Path) -> None:
     pytest.importorskip("accelerate")
     script = textwrap.dedent('''

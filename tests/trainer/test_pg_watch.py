@@ -8,6 +8,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from jobspec.env_rules import env_name_problem
 from jobspec.rank_logs import NOTE_PREFIX, process_group_warning
 from jobspec.spec import spec_from_dict
@@ -43,6 +45,7 @@ def _ranks(tmp_path: Path, name: str, world: str, count: int, trains: bool = Tru
     return logs
 
 
+@pytest.mark.slow  # torch processes that train: not in the quick loop
 def test_ranks_alone_are_noted_and_a_whole_group_is_not(tmp_path: Path) -> None:
     alone = _ranks(tmp_path, "alone", "none", 1)
     assert (alone / f"{NOTE_PREFIX}0").read_text().strip() == \
@@ -56,6 +59,7 @@ def test_ranks_alone_are_noted_and_a_whole_group_is_not(tmp_path: Path) -> None:
     assert list(whole.iterdir()) == [] and process_group_warning(whole) is None
 
 
+@pytest.mark.slow  # torch processes that train: not in the quick loop
 def test_ranks_that_never_trained_are_not_said_to_have_trained_alone(tmp_path: Path) -> None:
     """pytorch/examples' DDP scripts start their own processes with mp.spawn(nprocs=torch.cuda.device_count()): none
     on a CPU host, and the ranks torchrun started exit 0 having trained nothing."""
