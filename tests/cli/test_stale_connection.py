@@ -59,7 +59,11 @@ class ClosingServer:
             self._read_request(conn)  # then closed, unanswered
 
     def close(self) -> None:
+        # Shut down first: that wakes the thread blocked in accept(), which closing alone does not. A thread left
+        # blocked there could, once its call was restarted, accept on the next test's server (the same fd number).
+        self.sock.shutdown(socket.SHUT_RDWR)
         self.sock.close()
+        self.thread.join(timeout=30)
 
 
 @pytest.fixture
