@@ -51,9 +51,9 @@ install-test: install-torch
 	$(MAKE) install-client PYTHON=$(PYTHON)
 
 # Three test files at a time (pytest-xdist; each file whole in one process, so its module fixtures start once), the
-# longest first (tests/file_order.py): 952 s of pytest on 2 cores from a clean clone with Docker's layers kept
-# (1,108 tests, 1,340 CPU-seconds besides Docker's builds), since most of a slow test's time is starting torchrun,
-# the API or a worker. Four processes took as long (957 s) and more CPU. TEST_PROCESSES=0: pytest's own single process.
+# longest first (tests/file_order.py): 1,695 s of pytest on 2 cores from a clean clone with Docker's layers kept
+# (1,113 tests, 2,680 CPU-seconds besides Docker's builds), most of it starting torchrun, its ranks, the API and
+# workers. Four processes took as long and more CPU. TEST_PROCESSES=0: pytest's own single process.
 TEST_PROCESSES ?= 3
 
 test: install-test
