@@ -31,6 +31,11 @@ def configure(config: pytest.Config) -> None:
     hypothesis_settings.load_profile("torchyard-quick" if _quick["on"] else "torchyard")
 
 
+def quick() -> bool:
+    """Whether this is the quick loop (set once the run is configured)."""
+    return _quick["on"]
+
+
 def examples(full: int) -> int:
     """``full`` in a full run, a quarter of it (at least 10) in the quick loop."""
     return max(10, round(full * QUICK_SHARE)) if _quick["on"] else full

@@ -15,10 +15,11 @@ from schemathesis.checks import (
     response_schema_conformance,
     status_code_conformance,
 )
+from schemathesis.config import SchemathesisConfig
 
 from jobs.settings import Settings
 from tests.api.conftest import ADMIN, finish_job, ingest, metric_event, start_job
-from tests.quick_examples import examples
+from tests.quick_examples import examples, quick
 
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_headers_conformance,
           response_schema_conformance]
@@ -33,7 +34,10 @@ def database_url(sqlite_url: str) -> str:
 
 @pytest.fixture
 def api_schema(app: FastAPI) -> schemathesis.BaseSchema:
-    return schemathesis.openapi.from_asgi("/openapi.json", app)
+    # The quick loop leaves out the coverage phase (boundary values, each required parameter left out), half of this
+    # file's time; `make test` runs it here and against the live server (tests/security/test_schemathesis_live.py).
+    config = SchemathesisConfig.from_dict({"phases": {"coverage": {"enabled": not quick()}}})
+    return schemathesis.openapi.from_asgi("/openapi.json", app, config=config)
 
 
 @pytest.fixture
