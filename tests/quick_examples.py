@@ -38,4 +38,4 @@ def quick() -> bool:
 
 def examples(full: int) -> int:
     """``full`` in a full run, a quarter of it (at least 10) in the quick loop."""
-    return max(10, round(full * QUICK_SHARE)) if _quick["on"] else full
+    return max(10, round(full * QUICK_SHARE)) if quick() else full
