@@ -1,4 +1,5 @@
-"""Real services for tests: the API and workers as subprocesses, exactly as a user starts them."""
+"""Real services for tests: the API and workers as processes of their own, running ``python -m api`` and
+``python -m worker`` as a user does (forked from one that imported them already: tests/service_forks.py)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ import pytest
 
 from jobs.settings import Settings
 from stack.redis_server import free_port
+from tests import service_forks
 
 ADMIN_TOKEN = "test-admin-token"
 ROOT = Path(__file__).resolve().parent.parent
@@ -131,9 +133,11 @@ def wait_for_api(proc: subprocess.Popen[bytes], url: str, log_path: Path, timeou
 class Services:
     """An API process and any number of worker processes sharing one Settings."""
 
-    def __init__(self, settings: Settings, logs: Path, wrap: list[str] | None = None):
-        """``wrap``: a command line every service process starts under (e.g. setpriv to run it as another user)."""
-        self.settings, self.logs, self.wrap = settings, logs, wrap or []
+    def __init__(self, settings: Settings, logs: Path, wrap: list[str] | None = None, fork: bool = True):
+        """``wrap``: a command line every service process starts under (e.g. setpriv to run it as another user).
+        ``fork``: False for a process an attacker inspects through /proc, whose ``environ`` must be the service's own
+        (a fork's is its parent's, with the service's environment set only in memory)."""
+        self.settings, self.logs, self.wrap, self.fork = settings, logs, wrap or [], fork
         self.port = free_port()
         self.api: subprocess.Popen[bytes] | None = None
         self.workers: list[subprocess.Popen[bytes]] = []
@@ -142,12 +146,17 @@ class Services:
 
     def _spawn(self, args: list[str], name: str, wrap: list[str] | None = None, **env: str) -> subprocess.Popen[bytes]:
         self.logs.mkdir(parents=True, exist_ok=True)
-        out = (self.logs / f"{name}.log").open("ab")
-        # Own sessions, like containers: a signal meant for a worker never reaches pytest.
-        # ``wrap`` (this call's, else the Services') prefixes the command: setpriv, to run the service as another user.
-        return subprocess.Popen([*(self.wrap if wrap is None else wrap), sys.executable, "-m", *args],
-                                env=service_env(self.settings, **env), cwd=ROOT,
-                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        log = self.logs / f"{name}.log"
+        wrap = self.wrap if wrap is None else wrap
+        environ = service_env(self.settings, **env)
+        # Own sessions, like containers: a signal meant for a worker never reaches pytest. Forked from a process that
+        # imported the services already where it can be (tests/service_forks.py), else started as ``python -m``.
+        if self.fork and service_forks.usable(wrap, environ):
+            return service_forks.SERVER.spawn(args, environ, ROOT, log)
+        # ``wrap`` prefixes the command: setpriv, to run the service as another user.
+        with log.open("ab") as out:
+            return subprocess.Popen([*wrap, sys.executable, "-m", *args], env=environ, cwd=ROOT,
+                                    stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
 
     # A deadline far past a healthy start (2-5 s): at load 15 an API took over 30 s to answer /readyz. A start that
     # fails still fails at once, with the log's tail (wait_for_api).

@@ -166,7 +166,8 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     (code / "sleeper.py").write_text(SLEEPER_SCRIPT)
     init_db(get_engine(settings.database_url))
     env = live_env(settings)
-    services = Services(settings, work / "service-logs")
+    # Started as ``python -m``: the attacks read the services' /proc entries (tests/helpers.py, ``fork``).
+    services = Services(settings, work / "service-logs", fork=False)
     try:
         services.start_api(**env)
         services.start_worker(**env)
@@ -182,7 +183,7 @@ def short_api(live: Live) -> Iterator[str]:
     """Another API process on the same database and Redis: no secrets key, streams end after 2 s."""
     env = {**live.env, "TORCHYARD_STREAM_MAX_LIFETIME_S": "2"}
     env.pop("TORCHYARD_SECRETS_KEY")
-    other = Services(live.settings, live.work / "short-api-logs")
+    other = Services(live.settings, live.work / "short-api-logs", fork=False)
     try:
         other.start_api(**env)
         yield other.url
