@@ -77,7 +77,9 @@ def test_concurrent_submissions_of_one_owner_never_pass_the_cap(tmp_path: Path, 
 
 
 def test_the_counter_follows_every_change_of_status(settings: Settings) -> None:
-    capped = settings.model_copy(update={"max_queued_per_owner": 4})
+    # A lease of an hour: the app's own reconciler (a pass every half lease) runs no pass while the test runs, so the
+    # requeue below is the test's own call, not a race with the app's (it won one at load 10).
+    capped = settings.model_copy(update={"max_queued_per_owner": 4, "lease_ttl_s": 3600})
     redis = Redis.from_url(settings.redis_url)
     with TestClient(create_app(capped), headers=ADMIN) as client:
         alice, bob = key_headers(client, "alice"), key_headers(client, "bob")
