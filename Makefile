@@ -51,9 +51,10 @@ install-test: install-torch
 	$(MAKE) install-client PYTHON=$(PYTHON)
 
 # Three test files at a time (pytest-xdist; each file whole in one process, so its module fixtures start once), the
-# longest first (tests/file_order.py): 1,695 s of pytest on 2 cores from a clean clone with Docker's layers kept
-# (1,113 tests, 2,680 CPU-seconds besides Docker's builds), most of it starting torchrun, its ranks, the API and
-# workers. Four processes took as long and more CPU. TEST_PROCESSES=0: pytest's own single process.
+# longest first (tests/file_order.py): 30-32 minutes of pytest on 2 cores from a clean clone with Docker's layers kept
+# and a second copy of the suite beside it (1,116 tests, 1,450-1,500 CPU-seconds each besides Docker's builds), most
+# of it torch starting in torchrun and its ranks. Four processes took as long and more CPU. TEST_PROCESSES=0:
+# pytest's own single process.
 TEST_PROCESSES ?= 3
 
 test: install-test
