@@ -178,6 +178,7 @@ def _become(request: dict[str, Any], control: socket.socket) -> int:
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
+    tempfile.tempdir = None  # the standard library's one cache of the environment (TMPDIR), read again on first use
     _clear_our_caches()
     module, *args = request["args"]
     sys.argv = [module, *args]
