@@ -1,7 +1,7 @@
 """Service processes forked from one that has already imported them.
 
 Every API and worker a test starts used to pay its imports (FastAPI, SQLAlchemy, SQLModel, pydantic, redis, rq, and
-ours): 1.5-2 CPU-seconds a start, some 300 starts a run, on a 2-core machine where the suite is CPU-bound. One
+ours): 1.3-2 CPU-seconds an API, 0.5-1 a worker, some 300 starts a run, on a 2-core machine where the suite is CPU-bound. One
 server process per pytest process imports all of that once; each start is then a fork of it that becomes
 ``python -m api ...`` or ``python -m worker ...`` with the test's environment, working directory, log file and
 session, and runs that module's ``__main__`` as the interpreter would (``runpy``).
@@ -46,7 +46,8 @@ OUR_PACKAGES = ("api", "worker", "jobs", "jobspec", "stack")
 class ForkedService(subprocess.Popen):  # type: ignore[type-arg]
     """A Popen for a process the fork server started: signals go to its pid, its exit status comes from the server."""
 
-    def __init__(self, server: ForkServer, pid: int, args: list[str]):  # noqa: D107 - Popen's own __init__ spawns
+    # Not Popen's __init__, which would start a process: the attributes its other methods read.
+    def __init__(self, server: ForkServer, pid: int, args: list[str]):
         self._server, self.pid, self.args = server, pid, args
         self.returncode: int | None = None
         self.stdin = self.stdout = self.stderr = None
