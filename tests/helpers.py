@@ -1,5 +1,5 @@
 """Real services for tests: the API and workers as processes of their own, running ``python -m api`` and
-``python -m worker`` as a user does (forked from one that imported them already: tests/service_forks.py)."""
+``python -m worker`` as a user does (the API forked from a process that imported it already: tests/service_forks.py)."""
 
 from __future__ import annotations
 
@@ -151,7 +151,7 @@ class Services:
         environ = service_env(self.settings, **env)
         # Own sessions, like containers: a signal meant for a worker never reaches pytest. Forked from a process that
         # imported the services already where it can be (tests/service_forks.py), else started as ``python -m``.
-        if self.fork and service_forks.usable(wrap, environ):
+        if self.fork and service_forks.usable(args[0], wrap, environ):
             return service_forks.SERVER.spawn(args, environ, ROOT, log)
         # ``wrap`` prefixes the command: setpriv, to run the service as another user.
         with log.open("ab") as out:
