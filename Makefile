@@ -52,7 +52,8 @@ install-test: install-torch
 
 # Three test files at a time (pytest-xdist; each file whole in one process, so its module fixtures start once), the
 # longest first (tests/file_order.py): 30-32 minutes of pytest on 2 cores from a clean clone with Docker's layers kept
-# and a second copy of the suite beside it, APIs and workers forked (1,116 tests, 1,450-1,500 CPU-seconds each), most
+# and a second copy of the suite beside it, services forked (TORCHYARD_TEST_FORK_SERVICES=1; 44-46 minutes without, the
+# default), 1,116 tests, 1,450-1,500 CPU-seconds each, most
 # of it torch starting in torchrun and its ranks. Four processes took as long and more CPU. TEST_PROCESSES=0:
 # pytest's own single process.
 TEST_PROCESSES ?= 3

@@ -9,8 +9,8 @@ process per pytest process imports all of that once; each start is then a fork o
 What stays a real ``python -m`` start: a service started under a wrapper (setpriv, to run it as another user), one
 whose ``PYTHON*`` variables differ from the server's (an interpreter reads them as it starts: import paths, buffering),
 one whose /proc entries the test reads as an attacker would (``Services(fork=False)``: a fork's ``environ`` there is
-its parent's), and every service when ``TORCHYARD_TEST_FORK_SERVICES=0``. The tests of the product's own start-up
-(``make run``, the images, the Compose file) start it as a user does, not through here.
+its parent's), and every service unless ``TORCHYARD_TEST_FORK_SERVICES=1`` (off by default: see ENABLED). The
+tests of the product's own start-up (``make run``, the images, the Compose file) start it as a user does.
 
 The forked service is the server's child, not pytest's: ``ForkedService`` is a ``subprocess.Popen`` whose poll and
 wait ask the server, which reaps its children as they exit and keeps their status.
@@ -36,7 +36,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-ENABLED = os.environ.get("TORCHYARD_TEST_FORK_SERVICES", "1") != "0"
+# Off unless asked for (TORCHYARD_TEST_FORK_SERVICES=1): the live ASHA sweep test stalled with the API forked, in an
+# idle run and again with only the API forked (two queued trials, no sweep decision), and never in a run without.
+ENABLED = os.environ.get("TORCHYARD_TEST_FORK_SERVICES", "0") == "1"
 # What the services import, ours included: importing them here leaves each fork nothing but its own work. None of
 # these reads the environment when imported (a fork's settings come from its own, read when it starts).
 PRELOAD = ("api.app", "api.__main__")
