@@ -48,15 +48,14 @@ def free_port(host: str, ports: tuple[int, int], tries: int = 64) -> int:
     once seldom pick the same one."""
     low, high = ports
     address = host if host != "localhost" else "127.0.0.1"
-    picks = random.sample(range(low, high + 1), k=min(tries, high - low + 1))
-    for port in picks:
+    for port in random.sample(range(low, high + 1), k=min(tries, high - low + 1)):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             try:
                 s.bind((address, port))
             except OSError:
                 continue
             return port
-    raise RuntimeError(f"no free port in {low}-{high} on {host} (TORCHYARD_RENDEZVOUS_PORTS): {len(picks)} tried")
+    raise RuntimeError(f"no free port in {low}-{high} on {host} (TORCHYARD_RENDEZVOUS_PORTS) after {tries} tries")
 
 
 def rendezvous_endpoint(settings: Settings) -> str:
