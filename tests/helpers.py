@@ -61,7 +61,7 @@ def service_env(settings: Settings, **extra: str) -> dict[str, str]:
         "TORCHYARD_WORKER_CPU_SLOTS": "4",
         # The service and its client (client/torchyard) from this checkout, whatever an environment's editable installs
         # name: a cached environment's may name a checkout that is gone (tests/worker/test_readme_install_live.py).
-        "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "client")]),
+        "PYTHONPATH": service_forks.SERVICE_PYTHONPATH,
         "OMP_NUM_THREADS": "1",
         # Jobs of several owners on one worker running them as its own user; tests of job uids set TORCHYARD_JOB_UIDS.
         "TORCHYARD_SINGLE_USER": "true",

@@ -36,6 +36,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+# The services' import paths: this checkout and its client (tests/helpers.py service_env sets the same).
+SERVICE_PYTHONPATH = os.pathsep.join([str(ROOT), str(ROOT / "client")])
 # Off unless asked for (TORCHYARD_TEST_FORK_SERVICES=1): the live ASHA sweep test stalled with the API forked, in an
 # idle run and again with only the API forked (two queued trials, no sweep decision), and never in a run without.
 ENABLED = os.environ.get("TORCHYARD_TEST_FORK_SERVICES", "0") == "1"
@@ -141,7 +143,7 @@ SERVER = ForkServer()
 def _server_env() -> dict[str, str]:
     """pytest's environment without torchyard's settings (each fork gets its own), with the services' import paths."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHYARD_")}
-    return {**env, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "client")])}
+    return {**env, "PYTHONPATH": SERVICE_PYTHONPATH}
 
 
 def _interpreter_settings(env: dict[str, str]) -> dict[str, str]:
