@@ -114,6 +114,10 @@ class Settings(BaseSettings):
         None, description="Address other workers reach this one at (rendezvous endpoint of the gangs it leads); "
                           "default: this host name's address.")
     gang_join_timeout_s: float = Field(60.0, gt=0, description="torchrun's c10d rendezvous join timeout on every node.")
+    rendezvous_ports: Annotated[tuple[int, int], NoDecode] = Field(
+        (20000, 29999), description="Ports LOW-HIGH node 0 of a gang picks its c10d rendezvous port from (open them "
+                                    "between the hosts). Below Linux's ephemeral ports (32768-60999) by default: an "
+                                    "outgoing connection cannot take the port between the pick and torchrun's bind.")
 
     # Where the ranks run (worker/executors/, docs/slurm.md).
     executor: Literal["local", "slurm"] = Field("local", description="local: torchrun on this worker's host; slurm: sbatch per attempt.")
@@ -240,14 +244,19 @@ class Settings(BaseSettings):
     @field_validator("job_uids", mode="before")
     @classmethod
     def _uid_range(cls, value: object) -> object:
-        if not isinstance(value, str):
-            return value
-        if not value.strip():
-            return None
-        low, sep, high = value.strip().partition("-")
-        if not sep or not low.strip().isdigit() or not high.strip().isdigit():
-            raise ValueError("TORCHYARD_JOB_UIDS must be a range FIRST-LAST of uids, e.g. 20000-29999")
-        return int(low), int(high)
+        return _range(value, "TORCHYARD_JOB_UIDS must be a range FIRST-LAST of uids, e.g. 20000-29999")
+
+    @field_validator("rendezvous_ports", mode="before")
+    @classmethod
+    def _port_range(cls, value: object) -> object:
+        return _range(value, "TORCHYARD_RENDEZVOUS_PORTS must be a range LOW-HIGH of ports, e.g. 20000-29999")
+
+    @field_validator("rendezvous_ports")
+    @classmethod
+    def _port_range_allowed(cls, value: tuple[int, int] | None) -> tuple[int, int]:
+        if value is None or not 1024 <= value[0] <= value[1] <= 65535:
+            raise ValueError("TORCHYARD_RENDEZVOUS_PORTS must be LOW-HIGH with 1024 <= LOW <= HIGH <= 65535")
+        return value
 
     @field_validator("job_uids")
     @classmethod
@@ -285,6 +294,18 @@ class Settings(BaseSettings):
         return SpecLimits(max_nproc_per_node=self.max_nproc_per_node, max_nnodes=self.max_nnodes, data_dir=self.data_dir,
                           code_dir=self.code_dir, script_modules=frozenset(self.script_modules), queues=frozenset(self.queues),
                           secrets_allowed=self.secrets_key is not None)
+
+
+def _range(value: object, problem: str) -> object:
+    """"LOW-HIGH" from the environment as (LOW, HIGH); "" as None; anything else as it is, for the field to check."""
+    if not isinstance(value, str):
+        return value
+    if not value.strip():
+        return None
+    low, sep, high = value.strip().partition("-")
+    if not sep or not low.strip().isdigit() or not high.strip().isdigit():
+        raise ValueError(problem)
+    return int(low), int(high)
 
 
 @lru_cache(maxsize=1)

@@ -11,6 +11,7 @@ found by the reconciler (jobs/lifecycle/reconciler.py), which requeues the job a
 from __future__ import annotations
 
 import logging
+import random
 import signal
 import socket
 import time
@@ -40,16 +41,27 @@ log = logging.getLogger(__name__)
 ENDPOINT, STOP = "endpoint", "stop"
 
 
-def free_port(host: str) -> int:
-    """A port free on ``host`` now; torchrun's store binds it moments later (a small, accepted race)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host if host != "localhost" else "127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def free_port(host: str, ports: tuple[int, int], tries: int = 64) -> int:
+    """A port of ``ports`` (LOW, HIGH) free on ``host`` now, picked at random; torchrun's store binds it moments later.
+    A port the kernel hands out for outgoing connections could be taken in between by any connection on the host
+    (it was, at load 14: EADDRINUSE), so the range lies outside those; at random, so that two gangs picking at
+    once seldom pick the same one."""
+    low, high = ports
+    address = host if host != "localhost" else "127.0.0.1"
+    picks = random.sample(range(low, high + 1), k=min(tries, high - low + 1))
+    for port in picks:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((address, port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {low}-{high} on {host} (TORCHYARD_RENDEZVOUS_PORTS): {len(picks)} tried")
 
 
 def rendezvous_endpoint(settings: Settings) -> str:
     host = advertised_address(settings)
-    return f"{host}:{free_port(host)}"
+    return f"{host}:{free_port(host, settings.rendezvous_ports)}"
 
 
 def node_launch(settings: Settings, job_id: str, attempt: int, nnodes: int, rank: int, endpoint: str) -> NodeLaunch:
