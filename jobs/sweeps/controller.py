@@ -188,12 +188,19 @@ def _decide(session: Session, sweep: SweepSpec, name: str, trials: list[_Trial],
 
 
 def _repair(session: Session, name: str, t: _Trial) -> None:
-    """Finish what a pass cut short: a promoted trial whose job is still held, a stopped one whose job still runs."""
+    """Finish what a pass cut short, or an attempt undid: a promoted trial whose job is still held, a stopped one
+    whose job still runs."""
     if t.job is None or t.row.job_id is None:
         return
     status, _, held, _ = t.job
-    if t.row.state == "running" and held is not None and status == Status.QUEUED.value and held.startswith(f"sweep {name}:"):
+    # Promoted: let in to a rung it has not reached. Its job may be held because the pass stopped before releasing
+    # it, or because its attempt, launched to pause at the old rung, ended there by itself after the release (the
+    # pause's verdict holds the job, worker/verdicts.py). Only a sweep's pause holds a job, so either hold is stale.
+    promoted = t.row.state == "running" and str(t.row.allowed_rung) not in t.row.rung_values
+    if promoted and held is not None and status == Status.QUEUED.value:
         stops.release(session, t.row.job_id)
+        log.info("sweep %s: trial %d released: promoted to rung %d, its job was still held", t.row.sweep_id,
+                 t.row.number, t.row.allowed_rung)
     elif t.row.state == "stopped" and status in (Status.QUEUED.value, Status.RUNNING.value):
         early_stop(session, t.row.job_id, f"sweep {name}: stopped early")
 

@@ -11,9 +11,12 @@ from sqlmodel import select
 
 from jobs.settings import Settings
 from jobs.store.models import Job, Status
-from jobs.store.states import transition
+from jobs.store.states import requeue, transition
 from jobs.sweeps import controller
+from jobspec.exit_codes import PAUSED_PHASE
 from tests.api.conftest import finish_job, ingest, mlp_spec, session_of, start_job
+from worker.executors.base import Phase, RankState
+from worker.verdicts import Facts, Stop, Why, judge
 
 LRS = [0.3, 0.1, 0.03, 0.01, 0.003, 0.001, 0.0003, 0.0001, 3.0]
 BEST_LR = 0.01
@@ -180,3 +183,34 @@ def test_a_sweep_ends_only_once_its_stopped_trials_jobs_have_ended(client: TestC
     world.step(lr_of)  # their cancels end
     world.controller()
     assert client.get(f"/v1/sweeps/{sweep_id}").json()["status"] == "succeeded"
+
+
+def test_a_trial_that_pauses_by_itself_after_its_promotion_trains_on(client: TestClient, settings: Settings) -> None:
+    # The pass sees rung 0 while the attempts still save their checkpoints: it pauses both, promotes the better and
+    # releases it. Then that attempt ends as it was launched to, paused at rung 0, and its verdict holds the job.
+    sweep_id = client.post("/v1/sweeps", json=asha_sweep(max_trials=2, max_concurrent_trials=2, asha={
+        "min_resource": 10, "reduction_factor": 2, "rungs": 3, "sampler": "grid"})).json()["id"]
+    world = World(settings)
+    world.controller()
+    lr_of = {t["job_id"]: t["params"]["train.lr"] for t in client.get(f"/v1/sweeps/{sweep_id}").json()["trials"]}
+    world.step(lr_of)
+    world.step(lr_of)  # both at step 10, still running
+    world.controller()
+    (promoted,) = [t for t in client.get(f"/v1/sweeps/{sweep_id}").json()["trials"] if t["allowed_rung"] == 1]
+    verdict = judge(Stop(Why.EXITED, exit_code=0, state=RankState(Phase.EXITED, 0)),
+                    Facts(attempt=1, max_attempts=1, last_phase=PAUSED_PHASE, pause_at="steps:10"))
+    with session_of(settings) as s:
+        requeue(s, promoted["job_id"], reason=verdict.reason, spend_retry=False, values=dict(verdict.values),
+                preempted=True)
+    assert next(j for j in world.jobs() if j.id == promoted["job_id"]).hold is not None
+    world.controller()
+    assert next(j for j in world.jobs() if j.id == promoted["job_id"]).hold is None  # in line again, not held for good
+    for _ in range(50):
+        world.step(lr_of)
+        world.controller()
+        detail = client.get(f"/v1/sweeps/{sweep_id}").json()
+        if detail["status"] != "running":
+            break
+    assert detail["status"] == "succeeded", detail
+    winner = next(t for t in detail["trials"] if t["number"] == promoted["number"])
+    assert winner["state"] == "succeeded" and winner["last_step"] == 40, winner
