@@ -6,9 +6,11 @@ that lock recorded as held by a connection it has no way to release: each of its
 timeout and fails with "database is locked". The worker forks a task for each placement while its scheduler,
 reconciler and heartbeat threads write, and such a task could never adopt its attempt.
 
-So forks and SQLite connections in use exclude each other here: every connection an SQLite engine hands out is
-counted until it is handed back, and ``quiet()`` holds new ones back and waits until none is out before the
-fork. PostgreSQL connections are sockets with no such bookkeeping; their engines are not counted.
+So forks and SQLite connections in use exclude each other here: every connection an SQLite engine opens is
+counted while it opens (jobs/store/db.py), every one it hands out until it is handed back, and ``quiet()`` holds
+new ones back and waits until none is out before the fork. A thread opening a connection (its pragmas take locks too)
+was not counted before: a task forked then could wait forever on its first write. PostgreSQL connections are sockets
+with no such bookkeeping; their engines are not counted.
 """
 
 from __future__ import annotations
@@ -44,6 +46,15 @@ class ForkGuard:
         with self._cond:
             self._in_use = max(0, self._in_use - 1)
             self._cond.notify_all()
+
+    @contextmanager
+    def in_use(self) -> Iterator[None]:
+        """A connection being opened: its file opened and its pragmas run take SQLite's locks before any checkout."""
+        self.checkout()
+        try:
+            yield
+        finally:
+            self.checkin()
 
     @contextmanager
     def quiet(self) -> Iterator[None]:

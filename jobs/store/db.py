@@ -45,8 +45,7 @@ def make_engine(url: str) -> Engine:
         if path and path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
             _create_private(path)
-        engine = sa.create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
-        sa.event.listen(engine, "connect", _sqlite_pragmas)
+        engine = sa.create_engine(url, creator=lambda: _open_sqlite(url))
         fork_guard.count_connections(engine)  # the worker forks its tasks: jobs/infra/fork_guard.py
         return engine
     return sa.create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20, connect_args=_postgres_timeouts())
@@ -66,9 +65,15 @@ def postgres_connect_args() -> dict[str, Any]:
 
 def sqlite_connect(url: str) -> sqlite3.Connection:
     """A plain sqlite3 connection to the file of ``url``, with the pragmas every torchyard connection has."""
-    conn = sqlite3.connect(sa.engine.make_url(url).database or "", timeout=30, check_same_thread=False)
+    conn = sqlite3.connect(sa.engine.make_url(url).database or ":memory:", timeout=30, check_same_thread=False)
     _sqlite_pragmas(conn, None)
     return conn
+
+
+def _open_sqlite(url: str) -> sqlite3.Connection:
+    # Opening the file and running the pragmas take SQLite's locks: counted as in use, so no task forks meanwhile.
+    with fork_guard.GUARD.in_use():
+        return sqlite_connect(url)
 
 
 def _postgres_timeouts() -> dict[str, Any]:

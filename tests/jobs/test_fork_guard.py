@@ -8,9 +8,12 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 import sqlalchemy as sa
 
+from jobs.infra import fork_guard
 from jobs.infra.fork_guard import GUARD
+from jobs.store import db
 from jobs.store.db import make_engine
 
 WRITE_HELD_S = 1.0
@@ -72,3 +75,30 @@ def test_without_the_guard_the_child_inherits_the_lock_and_cannot_write(tmp_path
     # What the guard is for: SQLite's lock record crosses the fork, and the child waits out its busy timeout.
     outcome, _ = _fork_while_a_thread_writes(tmp_path, guarded=False)
     assert outcome == "database is locked"
+
+
+def test_a_fork_waits_for_a_connection_being_opened(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Opening a connection (the file, then the pragmas, which take locks) counts as SQLite in use: a fork asked for
+    meanwhile happens once it is open."""
+    monkeypatch.setattr(fork_guard, "QUIET_WAIT_S", 300.0)  # a deadline, not a wait: the order is what is checked
+    engine = make_engine(f"sqlite:///{tmp_path / 'opening.db'}")
+    inside, go, order = threading.Event(), threading.Event(), []
+    opened = db.sqlite_connect
+
+    def slow_open(url: str) -> sqlite3.Connection:
+        inside.set()
+        go.wait(300)
+        conn = opened(url)
+        order.append("opened")
+        return conn
+
+    monkeypatch.setattr(db, "sqlite_connect", slow_open)
+    opener = threading.Thread(target=lambda: engine.connect().close())
+    opener.start()
+    assert inside.wait(300)
+    threading.Timer(0.3, go.set).start()
+    with GUARD.quiet():
+        order.append("fork")
+    opener.join()
+    engine.dispose()
+    assert order == ["opened", "fork"]
