@@ -44,9 +44,9 @@ def test_a_fork_killed_by_a_signal_reports_it_and_a_wait_can_time_out(tmp_path: 
 
 def test_a_worker_or_a_service_with_its_own_interpreter_settings_or_a_wrapper_is_started_as_python_m(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(service_forks, "ENABLED", False)  # the default
+    monkeypatch.setattr(service_forks, "ENABLED", False)  # TORCHYARD_TEST_FORK_SERVICES=0
     assert not service_forks.usable("api", [], _env())
-    monkeypatch.setattr(service_forks, "ENABLED", True)  # TORCHYARD_TEST_FORK_SERVICES=1
+    monkeypatch.setattr(service_forks, "ENABLED", True)  # the default
     assert service_forks.usable("api", [], _env(TORCHYARD_ANY="x"))
     assert not service_forks.usable("worker", [], _env())
     assert not service_forks.usable("api", [], _env(PYTHONPATH=str(ROOT)))
