@@ -83,17 +83,21 @@ def readme_python() -> Iterator[str]:
     home = _cache_root() / f"readme-install-{install_key(ROOT, env)}"
     home.parent.mkdir(parents=True, exist_ok=True)
     with (home.parent / f"{home.name}.lock").open("a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # one build for every test process and run on the machine
-        if not (home / "complete").is_file():
-            shutil.rmtree(home, ignore_errors=True)  # a build that died half-way
-            home.mkdir()
-            done = subprocess.run(["bash", "-c", f"python3 -m venv .venv && . .venv/bin/activate && make -C {ROOT} install"],
-                                  cwd=home, env=env, capture_output=True, text=True, timeout=1800)
-            assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-            (home / "complete").write_text(done.stdout[-2000:])
-        (home / "complete").touch()  # its last use, for _forget_least_recent
-        # Shared from here to the session's end: other runs may use it too, none may remove it meanwhile.
+        # Shared from here to the session's end: other runs may use it too, none may remove it meanwhile. A run
+        # beside this one that finds it built goes on at once; asking for the lock exclusively first made it wait
+        # for this whole session to end (15 minutes of a side-by-side run).
         fcntl.flock(lock, fcntl.LOCK_SH)
+        if not (home / "complete").is_file():
+            fcntl.flock(lock, fcntl.LOCK_EX)  # one build for every test process and run on the machine
+            if not (home / "complete").is_file():  # not built by a run that held the lock before this one
+                shutil.rmtree(home, ignore_errors=True)  # a build that died half-way
+                home.mkdir()
+                done = subprocess.run(["bash", "-c", f"python3 -m venv .venv && . .venv/bin/activate && make -C {ROOT} install"],
+                                      cwd=home, env=env, capture_output=True, text=True, timeout=1800)
+                assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+                (home / "complete").write_text(done.stdout[-2000:])
+            fcntl.flock(lock, fcntl.LOCK_SH)
+        (home / "complete").touch()  # its last use, for _forget_least_recent
         _forget_least_recent(home.parent)
         yield str(home / ".venv" / "bin" / "python")
 
