@@ -51,11 +51,9 @@ install-test: install-torch
 	$(MAKE) install-client PYTHON=$(PYTHON)
 
 # Three test files at a time (pytest-xdist; each file whole in one process, so its module fixtures start once), the
-# longest first (tests/file_order.py): 30-32 minutes of pytest on 2 cores from a clean clone with Docker's layers kept
-# and a second copy of the suite beside it, services forked (TORCHYARD_TEST_FORK_SERVICES=1; 44-46 minutes without, the
-# default), 1,116 tests, 1,450-1,500 CPU-seconds each, most
-# of it torch starting in torchrun and its ranks. Four processes took as long and more CPU. TEST_PROCESSES=0:
-# pytest's own single process.
+# longest first (tests/file_order.py): 36-41 minutes of pytest on 2 cores from a clean clone with a second copy of the
+# suite beside it, 1,124 tests, 1,750-1,800 CPU-seconds each, most of it torch starting in torchrun and its ranks. Four
+# processes took as long and more CPU. TEST_PROCESSES=0: pytest's own single process.
 TEST_PROCESSES ?= 3
 
 test: install-test
