@@ -127,12 +127,17 @@ def _of_bracket(sweep: SweepSpec, number: int) -> str:
     return f" of bracket {_bracket(sweep, number)}" if several else ""
 
 
+def _at_allowed_rung(row: SweepTrial) -> bool:
+    """Whether the trial has a value at the highest rung it may train to: due a pause there, or else promoted since."""
+    return str(row.allowed_rung) in row.rung_values
+
+
 def _pause(session: Session, sweep: SweepSpec, name: str, t: _Trial) -> None:
     """A running trial that reached the rung it may train to checkpoints and waits, held, for the policy."""
     row = t.row
     assert sweep.asha is not None
     rung = row.allowed_rung
-    if row.state != "running" or rung >= sweep.asha.rungs - 1 or str(rung) not in row.rung_values or t.job is None:
+    if row.state != "running" or rung >= sweep.asha.rungs - 1 or not _at_allowed_rung(row) or t.job is None:
         return
     eta = sweep.asha.reduction_factor
     words = (f"sweep {name}: paused at rung {rung} ({sweep.asha.resource} {sweep.asha.resource_at(rung)}); "
@@ -196,7 +201,7 @@ def _repair(session: Session, name: str, t: _Trial) -> None:
     # Promoted: let in to a rung it has not reached. Its job may be held because the pass stopped before releasing
     # it, or because its attempt, launched to pause at the old rung, ended there by itself after the release (the
     # pause's verdict holds the job, worker/verdicts.py). Only a sweep's pause holds a job, so either hold is stale.
-    promoted = t.row.state == "running" and str(t.row.allowed_rung) not in t.row.rung_values
+    promoted = t.row.state == "running" and not _at_allowed_rung(t.row)
     if promoted and held is not None and status == Status.QUEUED.value:
         stops.release(session, t.row.job_id)
         log.info("sweep %s: trial %d released: promoted to rung %d, its job was still held", t.row.sweep_id,
