@@ -9,8 +9,8 @@ process per pytest process imports all of that once; each start is then a fork o
 What stays a real ``python -m`` start: a service started under a wrapper (setpriv, to run it as another user), one
 whose ``PYTHON*`` variables differ from the server's (an interpreter reads them as it starts: import paths, buffering),
 one whose /proc entries the test reads as an attacker would (``Services(fork=False)``: a fork's ``environ`` there is
-its parent's), and every service with ``TORCHYARD_TEST_FORK_SERVICES=0``. The
-tests of the product's own start-up (``make run``, the images, the Compose file) start it as a user does.
+its parent's), and every service with ``TORCHYARD_TEST_FORK_SERVICES=0``. The tests of the product's own start-up
+(``make run``, the images, the Compose file) start it as a user does.
 
 The forked service is the server's child, not pytest's: ``ForkedService`` is a ``subprocess.Popen`` whose poll and
 wait ask the server, which reaps its children as they exit and keeps their status.

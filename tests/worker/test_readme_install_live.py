@@ -90,16 +90,21 @@ def readme_python() -> Iterator[str]:
         if not (home / "complete").is_file():
             fcntl.flock(lock, fcntl.LOCK_EX)  # one build for every test process and run on the machine
             if not (home / "complete").is_file():  # not built by a run that held the lock before this one
-                shutil.rmtree(home, ignore_errors=True)  # a build that died half-way
-                home.mkdir()
-                done = subprocess.run(["bash", "-c", f"python3 -m venv .venv && . .venv/bin/activate && make -C {ROOT} install"],
-                                      cwd=home, env=env, capture_output=True, text=True, timeout=1800)
-                assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-                (home / "complete").write_text(done.stdout[-2000:])
+                _build(home, env)
             fcntl.flock(lock, fcntl.LOCK_SH)
         (home / "complete").touch()  # its last use, for _forget_least_recent
         _forget_least_recent(home.parent)
         yield str(home / ".venv" / "bin" / "python")
+
+
+def _build(home: Path, env: dict[str, str]) -> None:
+    """The README's install in ``home``, from scratch (a build that died half-way is removed first)."""
+    shutil.rmtree(home, ignore_errors=True)
+    home.mkdir()
+    done = subprocess.run(["bash", "-c", f"python3 -m venv .venv && . .venv/bin/activate && make -C {ROOT} install"],
+                          cwd=home, env=env, capture_output=True, text=True, timeout=1800)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (home / "complete").write_text(done.stdout[-2000:])
 
 
 def _forget_least_recent(cache: Path) -> None:
