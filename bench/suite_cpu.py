@@ -15,6 +15,7 @@ machines compare. Writes bench/results/suite_cpu-<time>.json.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -97,14 +98,19 @@ class Sampler:
             self.sample()
 
     def sample(self) -> None:
+        stats = []
         for entry in os.listdir("/proc"):
             if entry.isdigit():
-                self._look(int(entry))
+                with contextlib.suppress(OSError, IndexError, ValueError):
+                    fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+                    stats.append((int(fields[19]), int(entry), fields))
+        # Oldest first: a parent is looked at before its children, whatever their pids (they wrap).
+        for started, pid, fields in sorted(stats):
+            self._look(pid, started, fields)
 
-    def _look(self, pid: int) -> None:
+    def _look(self, pid: int, started: int, fields: list[str]) -> None:
         try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            key = (pid, int(fields[19]))
+            key = (pid, started)
             cpu_s = (int(fields[11]) + int(fields[12])) / CLK_TCK
             if key in self.ignored:
                 return
