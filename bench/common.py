@@ -101,35 +101,52 @@ def torchrun(nproc: int, *args: str) -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", *args]
 
 
-class PeakRSS:
-    """Samples the peak resident memory (VmHWM, the kernel's high-water mark) of every descendant of a
-    process while it runs, so ranks' peaks are read without changing the code that runs in them."""
+class Periodic:
+    """A context manager that calls ``sample()`` on a thread of its own every ``interval_s`` while the block runs,
+    and once more as it ends."""
 
-    def __init__(self, pid: int, interval_s: float = 0.1):
-        self.pid, self.interval_s = pid, interval_s
-        self.peaks: dict[int, int] = {}
+    def __init__(self, interval_s: float):
+        self.interval_s = interval_s
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread = threading.Thread(target=self._run, name=type(self).__name__, daemon=True)
 
-    def __enter__(self) -> PeakRSS:
+    def __enter__(self) -> Periodic:
         self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
+        self.sample()
 
     def _run(self) -> None:
+        while True:
+            self.sample()
+            if self._stop.wait(self.interval_s):
+                return
+
+    def sample(self) -> None:
+        raise NotImplementedError
+
+
+class PeakRSS(Periodic):
+    """Samples the peak resident memory (VmHWM, the kernel's high-water mark) of every descendant of a
+    process while it runs, so ranks' peaks are read without changing the code that runs in them."""
+
+    def __init__(self, pid: int, interval_s: float = 0.1):
+        super().__init__(interval_s)
+        self.pid = pid
+        self.peaks: dict[int, int] = {}
+
+    def sample(self) -> None:
         import psutil
 
-        while not self._stop.is_set():
-            with contextlib.suppress(psutil.Error):
-                for child in psutil.Process(self.pid).children(recursive=True):
-                    with contextlib.suppress(OSError, ValueError):
-                        for line in Path(f"/proc/{child.pid}/status").read_text().splitlines():
-                            if line.startswith("VmHWM:"):
-                                self.peaks[child.pid] = max(self.peaks.get(child.pid, 0), int(line.split()[1]) * 1024)
-            self._stop.wait(self.interval_s)
+        with contextlib.suppress(psutil.Error):
+            for child in psutil.Process(self.pid).children(recursive=True):
+                with contextlib.suppress(OSError, ValueError):
+                    for line in Path(f"/proc/{child.pid}/status").read_text().splitlines():
+                        if line.startswith("VmHWM:"):
+                            self.peaks[child.pid] = max(self.peaks.get(child.pid, 0), int(line.split()[1]) * 1024)
 
 
 def run_logged(cmd: list[str], log_path: Path, env: dict[str, str], timeout_s: float, cwd: Path = REPO,

@@ -23,7 +23,6 @@ import resource
 import statistics
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections import Counter, defaultdict
@@ -31,7 +30,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from bench.common import REPO, machine
+from bench.common import REPO, Periodic, machine
 
 log = logging.getLogger("bench")
 
@@ -73,29 +72,15 @@ class Seen:
     cpu_s: float = 0.0
 
 
-class Sampler:
+class Sampler(Periodic):
     """Every process of this run: its kind when first seen, its CPU at the last sample."""
 
     def __init__(self, root: int, mark: str):
+        super().__init__(INTERVAL_S)
         self.root, self.mark = root, f"{MARK}={mark}".encode()
         self.seen: dict[tuple[int, int], Seen] = {}  # (pid, start time): pids are reused
         self.ignored: set[tuple[int, int]] = set()
         self._kinds: dict[int, str] = {}  # pid -> kind of the live process with that pid
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="suite-cpu-sampler", daemon=True)
-
-    def __enter__(self) -> Sampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.sample()
-
-    def _run(self) -> None:
-        while not self._stop.wait(INTERVAL_S):
-            self.sample()
 
     def sample(self) -> None:
         stats = []
