@@ -2,12 +2,17 @@
 --no-deps over docker/requirements.txt in a fresh virtual environment that has no torch, as
 docker/api.Dockerfile does. It must start, migrate its database and accept a job.
 
+The environment with docker/requirements.txt installed is built once per machine and requirements file
+(tests/env_cache.py, 40 CPU-seconds of pip) and copied for each run, which then installs this checkout's wheels
+into the copy as the Dockerfile's second step does.
+
 This catches what reading the Dockerfile cannot: a runtime dependency missing from
 docker/requirements.txt, a module or data file missing from the wheel, an import of torch.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -18,6 +23,7 @@ import httpx
 import pytest
 
 from stack.redis_server import free_port
+from tests import env_cache
 from tests.deploy.composefile import ROOT
 from tests.deploy.test_dockerfiles import API, _instructions
 from tests.helpers import wait_for_api
@@ -58,15 +64,30 @@ def _build_context(src: Path) -> Path:
     return src
 
 
-@pytest.mark.timeout(1800)  # builds a wheel and installs the API's requirements in a fresh venv: minutes at load
+def _requirements_key() -> str:
+    """What decides the requirements environment's content: the file, and the interpreter its venv is made from."""
+    basis = [(ROOT / "docker" / "requirements.txt").read_bytes(), f"{sys.version} {sys.base_prefix}".encode()]
+    return hashlib.sha256(b"\0".join(basis)).hexdigest()[:16]
+
+
+def _install_requirements(home: Path) -> str:
+    """A fresh venv in ``home`` with docker/requirements.txt installed, as the Dockerfile's first pip step."""
+    _run([sys.executable, "-m", "venv", str(home / "venv")])
+    _run([str(home / "venv" / "bin" / "python"), "-m", "pip", "install", "--quiet", "-r", str(ROOT / "docker" / "requirements.txt")])
+    return "docker/requirements.txt installed"
+
+
+@pytest.mark.timeout(1800)  # the first run on a machine installs the API's requirements in a fresh venv: minutes at load
 def test_api_environment_without_torch_serves(tmp_path: Path, redis_url: str) -> None:
     wheels, venv = tmp_path / "wheels", tmp_path / "venv"
     context = _build_context(tmp_path / "src")
     # The service and its client, as the Dockerfile's `pip wheel --no-deps . ./client`.
     _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "--wheel-dir", str(wheels), str(context), str(context / "client")])
-    _run([sys.executable, "-m", "venv", str(venv)])
+    with env_cache.cached("api-requirements", _requirements_key(), _install_requirements) as home:
+        # A copy: the wheels below go into this run's environment, never into the one later runs start from. Its
+        # python is a link to the base interpreter and finds its site-packages beside pyvenv.cfg, so the copy is whole.
+        shutil.copytree(home / "venv", venv, symlinks=True)
     python = str(venv / "bin" / "python")
-    _run([python, "-m", "pip", "install", "--quiet", "-r", str(ROOT / "docker" / "requirements.txt")])
     _run([python, "-m", "pip", "install", "--quiet", "--no-deps", *map(str, wheels.glob("*.whl"))])
     _run([python, "-c", "import importlib.util, sys; sys.exit(importlib.util.find_spec('torch') is not None)"])
     # Nothing the service requires is missing but torch, by design: the client it requires by path is installed.

@@ -4,19 +4,17 @@ worker that reads the TensorBoard event files of a script that logs with ``torch
 event files says so on the job, not only in its own log.
 
 The README's environment takes several minutes to build (torch alone is hundreds of MB), so it is kept under
-``TORCHYARD_TEST_CACHE`` (default ``~/.cache/torchyard-tests``) and reused by every later run on the machine, a fresh
-clone's included, for as long as what decides its content is unchanged: the commands ``make install`` runs (the
-Makefile's install targets, as make expands them), the service's and the client's pyproject.toml and the ``python3``
-the venv is made from. A change to any of them builds a new one the README's way. The checkout is not part of it: the
-worker imports the service and the client from the checkout under test (``PYTHONPATH``), whichever checkout the
-environment's editable installs name."""
+``TORCHYARD_TEST_CACHE`` (tests/env_cache.py) and reused by every later run on the machine, a fresh clone's included,
+for as long as what decides its content is unchanged: the commands ``make install`` runs (the Makefile's install
+targets, as make expands them), the service's and the client's pyproject.toml and the ``python3`` the venv is made
+from. A change to any of them builds a new one the README's way. The checkout is not part of it: the worker imports
+the service and the client from the checkout under test (``PYTHONPATH``), whichever checkout the environment's
+editable installs name."""
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -25,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import env_cache
 from tests.helpers import ROOT, Services
 
 pytestmark = pytest.mark.slow
@@ -46,13 +45,6 @@ NO_TENSORBOARD = 'raise ImportError("No module named \'tensorboard\' (hidden fro
 @pytest.fixture
 def database_url(sqlite_url: str) -> str:
     return sqlite_url
-
-
-def _cache_root() -> Path:
-    return Path(os.environ.get("TORCHYARD_TEST_CACHE") or Path.home() / ".cache" / "torchyard-tests")
-
-
-KEPT = 3  # environments kept, the most recently used: about a GB each
 
 
 def _readme_env() -> dict[str, str]:
@@ -80,47 +72,16 @@ def readme_python() -> Iterator[str]:
     """The Python of an environment made as the README says: ``python3 -m venv .venv && . .venv/bin/activate &&
     make install``; built here unless an earlier run on this machine built it for the same key."""
     env = _readme_env()
-    home = _cache_root() / f"readme-install-{install_key(ROOT, env)}"
-    home.parent.mkdir(parents=True, exist_ok=True)
-    with (home.parent / f"{home.name}.lock").open("a") as lock:
-        # Shared from here to the session's end: other runs may use it too, none may remove it meanwhile. A run
-        # beside this one that finds it built goes on at once; asking for the lock exclusively first made it wait
-        # for this whole session to end (15 minutes of a side-by-side run).
-        fcntl.flock(lock, fcntl.LOCK_SH)
-        if not (home / "complete").is_file():
-            fcntl.flock(lock, fcntl.LOCK_EX)  # one build for every test process and run on the machine
-            if not (home / "complete").is_file():  # not built by a run that held the lock before this one
-                _build(home, env)
-            fcntl.flock(lock, fcntl.LOCK_SH)
-        (home / "complete").touch()  # its last use, for _forget_least_recent
-        _forget_least_recent(home.parent)
+    with env_cache.cached("readme-install", install_key(ROOT, env), lambda home: _build(home, env)) as home:
         yield str(home / ".venv" / "bin" / "python")
 
 
-def _build(home: Path, env: dict[str, str]) -> None:
-    """The README's install in ``home``, from scratch (a build that died half-way is removed first)."""
-    shutil.rmtree(home, ignore_errors=True)
-    home.mkdir()
+def _build(home: Path, env: dict[str, str]) -> str:
+    """The README's install in the empty ``home``; returns the tail of what it printed."""
     done = subprocess.run(["bash", "-c", f"python3 -m venv .venv && . .venv/bin/activate && make -C {ROOT} install"],
                           cwd=home, env=env, capture_output=True, text=True, timeout=1800)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    (home / "complete").write_text(done.stdout[-2000:])
-
-
-def _forget_least_recent(cache: Path) -> None:
-    """All but the KEPT most recently used environments (of an earlier pyproject.toml or Makefile, or another
-    branch's), each once no run holds it."""
-    def used(env: Path) -> float:  # one whose build died half-way: never
-        return (env / "complete").stat().st_mtime if (env / "complete").is_file() else 0.0
-
-    built = sorted((d for d in cache.glob("readme-install-*") if d.is_dir()), key=used, reverse=True)
-    for other in built[KEPT:]:
-        with (cache / f"{other.name}.lock").open("a") as lock:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                continue  # in use by a run beside this one
-            shutil.rmtree(other, ignore_errors=True)
+    return done.stdout[-2000:]
 
 
 def _as(python: str) -> list[str]:
