@@ -92,7 +92,7 @@ def run(spec: JobSpec, run_dir: Path, rank: RankInfo, data_dir: Path | None) -> 
     model = build_model(spec.model.name, spec.model.args, splits.info)
     flops = _flops_per_sample(model, spec, splits.info)
     phases.mark("model")
-    wrapped = parallelize(model, rank, spec, splits.info.task)
+    wrapped = parallelize(model, rank, spec, splits.info.task, mark=phases.mark)
     phases.mark("parallelize")
     net = wrapped.model
     pipe = wrapped.pipeline

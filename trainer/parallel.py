@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -175,34 +176,35 @@ def start_background_imports(compiled: bool) -> threading.Thread:
     return thread
 
 
-def parallelize(model: nn.Module, rank: RankInfo, spec: JobSpec, task: str = "classification") -> Parallelized:
-    """Activation checkpointing, then compile, then DDP or FSDP2 (the order torchtitan uses); or, for a pipeline
-    or tensor-parallel job, the 2-D layout of trainer/model_parallel/."""
+def parallelize(model: nn.Module, rank: RankInfo, spec: JobSpec, task: str = "classification",
+                mark: Callable[[str], None] = lambda phase: None) -> Parallelized:
+    """The model on its device, then activation checkpointing, compile, and DDP or FSDP2 (torchtitan's order
+    for the last three); or, for a pipeline or tensor-parallel job, the 2-D layout of trainer/model_parallel/.
+    ``mark("to_device")`` once the model is on its device, so a slow start tells the copy (and a GPU's first
+    allocations) from compile's and DDP's set-up. None of the wrappers copies a parameter, so the move may come
+    first: an FSDP2 job that offloads to the CPU keeps its model there (fully_shard places the shards)."""
     if spec.parallel.pipeline is not None or spec.parallel.tensor > 1:
         from trainer.model_parallel.apply import apply_model_parallel
 
         precision = spec.train.precision
         parts = apply_model_parallel(model, rank, spec, task)
         return Parallelized(autocast_dtype=None if precision == "fp32" else _DTYPES[precision], **parts)
+    if not (spec.parallel.strategy == "fsdp" and spec.parallel.fsdp.cpu_offload):
+        model.to(rank.device)
+    mark("to_device")
     if spec.train.activation_checkpointing:
         apply_activation_checkpointing(model)
     compiled = compile_enabled(spec, rank.device)
     alone = spec.parallel.strategy == "ddp" and rank.world_size == 1
-    if compiled and not alone:
-        apply_compile(model)
     if alone:
         # One rank has no gradients to average: DDP would only add its hooks and a bucket copy per step. And
         # with no hooks to keep between blocks, the whole model compiles as one graph, whose host cost per step
         # is a fraction of twelve blocks' (docs/BENCHMARKS.md, "On a GPU"). Checkpoints are the same: DCP's
-        # state dicts drop both wrappers' prefixes.
-        model = maybe_sync_batchnorm(model, rank).to(rank.device)
+        # state dicts drop both wrappers' prefixes. (SyncBatchNorm has nothing to sync on one rank.)
         wrapped = Parallelized(torch.compile(model) if compiled else model, "ddp", _autocast_dtype(spec.train.precision))
-    elif spec.parallel.strategy == "fsdp":
-        if not spec.parallel.fsdp.cpu_offload:
-            model.to(rank.device)
-        wrapped = apply_fsdp(model, rank, spec)
     else:
-        model.to(rank.device)
-        wrapped = apply_ddp(model, rank, spec)
+        if compiled:
+            apply_compile(model)
+        wrapped = apply_fsdp(model, rank, spec) if spec.parallel.strategy == "fsdp" else apply_ddp(model, rank, spec)
     log.info("model parallelized with %s over %d ranks", wrapped.strategy, dist.get_world_size() if dist.is_initialized() else 1)
     return wrapped

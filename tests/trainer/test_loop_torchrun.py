@@ -151,6 +151,12 @@ def test_events_contract(runs: Path) -> None:
     evs = events(runs / "ddp2")
     assert [e["seq"] for e in evs] == list(range(1, len(evs) + 1))
     assert [e["phase"] for e in evs if e["type"] == "status"] == ["starting", "training", "done"]
+    # Where the start went, by phase (run_cases starts its jobs itself: no imports or process group of their own);
+    # the phases split the time from the start without a gap, so a slow one cannot hide between them.
+    startup = next(e for e in evs if e.get("phase") == "training")["startup"]
+    phases = {k: v for k, v in startup.items() if k not in ("since_process_start_s", "process_started_at")}
+    assert list(phases) == ["events", "data", "model", "to_device", "parallelize", "optimizer", "checkpoint_load"], startup
+    assert min(phases.values()) >= 0 and sum(phases.values()) == pytest.approx(startup["since_process_start_s"], abs=0.01)
     ckpts = [e for e in evs if e["type"] == "checkpoint"]
     assert [e["step"] for e in ckpts] == [4, 8, 12]
     assert ckpts[-1]["path"] == "checkpoints/step_00000012" and "weights" in ckpts[-1]
