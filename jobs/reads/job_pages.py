@@ -93,7 +93,9 @@ def metric_points(
     if names:
         query = query.where(MetricPoint.name.in_(names))  # type: ignore[attr-defined]
     if since_step is not None:
-        query = query.where(MetricPoint.step >= since_step)
+        # Steps are INTEGER columns; a bound past their range (the API takes any BIGINT) is compared as one, where
+        # PostgreSQL would refuse to cast it to the column's type.
+        query = query.where(MetricPoint.step >= sa.literal(since_step, sa.BigInteger))
     if cursor:
         step, name = cursors.parse_metric_cursor(cursor)
         # A row-value comparison, so the (job_id, step, name) index serves it as one range (an OR of two does not).
