@@ -48,10 +48,10 @@ XDIST_WORKER = "import sys;exec(eval(sys.stdin.readline()))"
 def kind_of(argv: list[str], parent_kind: str | None) -> str:
     """What a process is, from its command line and its parent's kind (as first seen)."""
     program = argv[0].rsplit("/", 1)[-1] if argv else "?"
+    if parent_kind == LAUNCHER:
+        return RANK  # a catalog job's rank is a fork of its launcher, with the launcher's command line
     if "torch.distributed.run" in argv or program == "torchrun":
         return LAUNCHER
-    if parent_kind == LAUNCHER:
-        return RANK
     line = " ".join(argv)
     if "-m worker" in line or (parent_kind == WORKER and program.startswith("python")):
         return WORKER  # an RQ work-horse is a fork of its worker

@@ -138,6 +138,9 @@ class Settings(BaseSettings):
     job_uids: tuple[int, int] | None = Field(
         None, description="Range of uids (and equal gids) the worker runs jobs as, one per running job, e.g. 20000-29999; "
                           "unset: jobs run as the worker's own user.")
+    fork_ranks: bool = Field(True, description="Catalog jobs' ranks are forked from torchrun, which has imported torch "
+                                               "already, instead of each importing it again (docs/trainer.md); false: "
+                                               "each rank is a fresh interpreter, as script jobs' always are.")
     single_user: bool = Field(False, description="A worker running jobs as its own user accepts jobs of every owner; "
                                                  "false: only jobs of the first owner it ran.")
 

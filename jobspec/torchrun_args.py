@@ -24,6 +24,11 @@ def launcher_flags(spec: JobSpec | ScriptJobSpec, topology: list[str], log_dir: 
     ]
 
 
-def trainer_program(spec_path: str, run_dir: str) -> list[str]:
-    """What torchrun runs for a catalog job: the trainer, told its spec.json and run directory."""
-    return ["-m", "trainer", "--spec", spec_path, "--run-dir", run_dir]
+def trainer_program(spec_path: str, run_dir: str, forked_from: str | None = None) -> list[str]:
+    """What torchrun runs for a catalog job: the trainer, told its spec.json and run directory. With ``forked_from``
+    (the trainer's ``__main__.py``, an absolute path) torchrun forks each rank from its own process, which has
+    imported torch already, instead of starting an interpreter that imports it again (trainer/__main__.py)."""
+    args = ["--spec", spec_path, "--run-dir", run_dir]
+    if forked_from is not None:
+        return ["--run-path", "--start-method=fork", forked_from, *args]
+    return ["-m", "trainer", *args]

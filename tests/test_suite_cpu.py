@@ -23,6 +23,7 @@ PY = "/work/.venv/bin/python"
     ([PY, "-m", "torch.distributed.run", "--nproc-per-node=2", "-m", "trainer"], WORKER, LAUNCHER),
     (["/usr/local/bin/torchrun", "--standalone", "train.py"], None, LAUNCHER),  # under Slurm: no parent seen
     ([PY, "-u", "-m", "trainer", "--spec", "s.json"], LAUNCHER, RANK),
+    ([PY, "-m", "torch.distributed.run", "--run-path", "--start-method=fork", "/t/trainer/__main__.py"], LAUNCHER, RANK),
     (["/tmp/venv/bin/python", "-u", "train.py"], LAUNCHER, RANK),
     ([PY, "-m", "pip", "install", "-r", "requirements.txt"], PYTEST, PIP),
     (["/usr/local/bin/pip", "install", "x"], PYTEST, PIP),

@@ -1,14 +1,25 @@
-"""``python -m trainer --spec SPEC --run-dir DIR``, normally started by torchrun."""
+"""``python -m trainer --spec SPEC --run-dir DIR``, normally started by torchrun.
+
+Or forked from torchrun (``torchrun --run-path --start-method=fork .../trainer/__main__.py``, how the worker starts
+catalog jobs: worker/launch.py), which has imported torch already, so the rank does not import it again. A forked
+rank is not a fresh interpreter, and this module makes up for it: torchrun's signal handlers and its OpenMP thread
+count are put back to what a fresh rank has, and the rank ends by returning (torchrun waits for the return value)
+or, with a non-zero code, by SystemExit, never through ``os._exit``.
+"""
 
 from __future__ import annotations
 
 import argparse
 import logging
 import os
+import signal
 import sys
 from pathlib import Path
 
-from jobspec.pdeathsig import die_with_parent
+# Before anything of ours imports torch: only a rank forked from torchrun has it already.
+FORKED = "torch" in sys.modules and __name__ == "__main__"
+
+from jobspec.pdeathsig import die_with_parent  # noqa: E402
 
 die_with_parent()  # first: a rank must not outlive torchrun, even one that died while this interpreter started
 
@@ -30,7 +41,22 @@ def _setup_logging() -> None:
         level=os.environ.get("TORCHYARD_LOG_LEVEL", "INFO").upper(),
         format=f"%(asctime)s rank{rank} %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
+        force=FORKED,  # whatever torchrun's process configured is not the rank's
     )
+
+
+def _as_a_fresh_rank() -> None:
+    """What a forked rank inherits from torchrun's process and a fresh one would not have: the handlers torchrun
+    set for its own SIGTERM, SIGINT, SIGHUP and SIGQUIT (they raise its SignalException), and an OpenMP pool sized
+    before torchrun set OMP_NUM_THREADS for its ranks (one thread each when several share a host)."""
+    import torch
+
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    threads = os.environ.get("OMP_NUM_THREADS", "")
+    if threads.isdigit() and int(threads) > 0:
+        torch.set_num_threads(int(threads))
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -46,6 +72,10 @@ def main(argv: list[str] | None = None) -> int:
 
     PHASES.mark("imports")  # the interpreter's start and torch's import
     _setup_logging()
+    if FORKED:
+        import torch
+
+        log.info("rank forked from torchrun, which had imported torch; %d intra-op threads", torch.get_num_threads())
     args = _parse_args(argv)
     data_dir = os.environ.get("TORCHYARD_DATA_DIR")
     limits = SpecLimits(data_dir=Path(data_dir) if data_dir else None)
@@ -85,6 +115,41 @@ def _run() -> int:
         raise
 
 
+def _run_forked() -> int:
+    """``_run`` for a forked rank, an exception ending it as it ends a fresh interpreter (its traceback printed,
+    exit code 1), but not through torchrun's own @record around the fork: that would write this rank's error file
+    again after the teardown that makes its peers fail, and the worker names the rank whose file was written first
+    (worker/outcome.py). main()'s @record has written it as the exception was raised."""
+    try:
+        return _run()
+    except SystemExit as exc:  # what python does with one: an int is the code, anything else is printed, code 1
+        if exc.code is None or isinstance(exc.code, int):
+            return exc.code or 0
+        sys.stderr.write(f"{exc.code}\n")
+        return 1
+    except BaseException:  # noqa: BLE001 - every exception ends the rank, as in an interpreter of its own
+        sys.excepthook(*sys.exc_info())  # as python reports an uncaught one (torch.distributed prefixes "[rankN]:")
+        return 1
+
+
+def _end_forked(code: int) -> None:
+    """The end of a forked rank: torchrun's fork path collects a return value, so a rank that exits through
+    ``os._exit`` with 0 leaves it waiting for good; the process itself ends through ``os._exit`` after that
+    (multiprocessing's), so the interpreter's teardown is skipped as ``exit_now`` skips it."""
+    from trainer import rank_output
+
+    logging.shutdown()
+    rank_output.close()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if code != 0:
+        raise SystemExit(code)
+
+
 if __name__ == "__main__":
-    # An exception out of main() exits the usual way, with its traceback.
-    exit_now(_run())
+    if FORKED:
+        _as_a_fresh_rank()
+        _end_forked(_run_forked())
+    else:
+        # An exception out of main() exits the usual way, with its traceback.
+        exit_now(_run())

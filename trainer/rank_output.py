@@ -126,6 +126,9 @@ def _text(raw: _Tee, like: io.TextIOBase | None, errors: str) -> io.TextIOWrappe
     return io.TextIOWrapper(raw, encoding=encoding, errors=errors, write_through=True)  # type: ignore[arg-type]
 
 
+_MERGED: _Merged | None = None  # this rank's merged log, once interleave() set it up
+
+
 def interleave() -> bool:
     """Set up the files above; True when it did (this process's stdout is torchrun's ``stdout.log``)."""
     try:
@@ -151,5 +154,14 @@ def interleave() -> bool:
     merged = _Merged(merged_fd, f"[rank {os.environ.get('RANK', rank_dir.name)}] ".encode())
     sys.stdout = _text(_Tee(1, out_copy, merged), sys.__stdout__, "strict")
     sys.stderr = _text(_Tee(2, err_copy, merged), sys.__stderr__, "backslashreplace")
+    global _MERGED
+    _MERGED = merged
     atexit.register(merged.close)  # a last line without its newline still reaches the merged log
     return True
+
+
+def close() -> None:
+    """Write out a last line without its newline to the merged log, as the exit of a rank that ends without running
+    atexit handlers (a rank forked from torchrun: trainer/__main__.py) must."""
+    if _MERGED is not None:
+        _MERGED.close()

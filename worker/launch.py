@@ -15,6 +15,7 @@ job's allow-listed ``env``, its decrypted ``secrets`` and what torchyard tells e
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 from dataclasses import dataclass
@@ -90,7 +91,17 @@ def torchrun_command(spec: JobSpec | ScriptJobSpec, run_dir: Path, attempt: int,
         # The entrypoint resolves in the job's working copy (worker/workdir.py), named relative to the code root.
         in_copy = spec.model_copy(update={"entrypoint": workdir.entrypoint_in(settings, spec)})
         return launcher + script_program(in_copy, workdir.code_root(settings, spec, run_dir), frozenset(settings.script_modules))
-    return launcher + trainer_program(str(run_dir / SPEC_FILE), str(run_dir))
+    return launcher + trainer_program(str(run_dir / SPEC_FILE), str(run_dir),
+                                      forked_from=trainer_main() if settings.fork_ranks else None)
+
+
+def trainer_main() -> str:
+    """The trainer's ``__main__.py`` in this worker's installation, which catalog jobs' torchrun runs with the
+    worker's own interpreter: found without importing the trainer (the worker does not import torch)."""
+    found = importlib.util.find_spec("trainer")
+    if found is None or not found.submodule_search_locations:
+        raise RuntimeError("the trainer package is not installed beside the worker")
+    return str(Path(next(iter(found.submodule_search_locations)), "__main__.py").resolve())
 
 
 def start_dir(spec: JobSpec | ScriptJobSpec, run_dir: Path, settings: Settings) -> Path:

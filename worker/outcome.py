@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import re
 import signal
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from jobs.store.models import ErrorType
 from jobspec.exit_codes import PREEMPTED_EXIT_CODE, SPEC_ERROR_EXIT_CODE
-from jobspec.rank_logs import OUTPUT_LOG, find_rank_dir
+from jobspec.rank_logs import OUTPUT_LOG, RANK_MARK, find_rank_dir
 from worker.sandbox.run_dirs import open_job_file, read_job_bytes
 
 log = logging.getLogger(__name__)
@@ -116,6 +118,41 @@ def root_cause(launcher_text: str) -> tuple[int | None, Path | None]:
     return int(match.group(1)), (Path(error_file).parent if error_file and error_file != "<N/A>" else None)
 
 
+def first_written(written_ns: Mapping[str, int]) -> str | None:
+    """Of the ranks' error files (name -> when written, ns), the one written first; ties go to the lowest name in
+    local-rank order (pure)."""
+    return min(written_ns, key=lambda name: (written_ns[name], _local_order(name)), default=None)
+
+
+def _local_order(name: str) -> tuple[int, str]:
+    return (int(name), "") if name.isdigit() else (1 << 30, name)
+
+
+def first_failure(rank: int | None, rank_dir: Path | None) -> tuple[int | None, Path | None]:
+    """The rank of the same launch and restart whose error file was written first, in place of the one torchrun
+    named. torchrun names the oldest error file by whole seconds, and, where it forks its ranks, the lowest local
+    rank it finds dead at its poll: a rank that raised and a peer that failed on its closed connection a moment
+    later both qualify. Each rank writes its file as it raises (@record), so the first written is the cause."""
+    if rank_dir is None:
+        return rank, rank_dir
+    written: dict[str, int] = {}
+    with contextlib.suppress(OSError):
+        for sibling in rank_dir.parent.iterdir():
+            error = sibling / "error.json"
+            if not sibling.is_symlink() and not error.is_symlink() and error.is_file():
+                written[sibling.name] = error.stat().st_mtime_ns
+    first = first_written(written)
+    if first is None or first == rank_dir.name:
+        return rank, rank_dir
+    chosen = rank_dir.parent / first
+    mark = chosen / RANK_MARK
+    try:
+        global_rank = int(mark.read_text()) if mark.is_file() and not mark.is_symlink() else int(first)
+    except (OSError, ValueError):
+        return rank, rank_dir
+    return global_rank, chosen
+
+
 def rank_exit_code(launcher_text: str) -> int | None:
     """The root-cause rank's own exit code as torchrun reported it (negative: killed by that signal)."""
     match = _ROOT_CAUSE.search(launcher_text)
@@ -133,9 +170,12 @@ def _ended(code: int) -> str:
 
 
 def failure(exit_code: int | None, error_file: Path, launcher_log: Path, default: ErrorType = ErrorType.TRAINING) -> Failure:
-    message, traceback = read_error_file(error_file)
     launcher_tail = tail(launcher_log, 400)
-    rank, rank_dir = root_cause(launcher_tail)
+    named, named_dir = root_cause(launcher_tail)
+    rank, rank_dir = first_failure(named, named_dir)
+    switched = rank_dir != named_dir
+    # torchrun copied the error file of the rank it named to error_file; another rank's is read where it wrote it.
+    message, traceback = read_error_file(rank_dir / "error.json" if switched and rank_dir else error_file)
     if rank_dir is None and rank is not None:
         # A rank without torchrun's @record (a plain script) leaves no error file: its own log says why.
         rank_dir = find_rank_dir(launcher_log.parent, rank)
@@ -145,7 +185,7 @@ def failure(exit_code: int | None, error_file: Path, launcher_log: Path, default
     kind = classify(exit_code, message, log_tail)
     if kind is ErrorType.TRAINING:
         kind = default
-    rank_code = rank_exit_code(launcher_tail)
+    rank_code = None if switched else rank_exit_code(launcher_tail)  # the code torchrun gives is its own rank's
     if message and rank is not None:
         summary = f"rank {rank}: {message}"
     elif rank is not None and rank_code is not None:

@@ -47,6 +47,11 @@ def test_post_train_poll_read_metrics_and_load_checkpoint(services: Services) ->
         ran = [a for a in job["attempts"] if a["outcome"] != "not_started"]
         assert len(ran) == 1, (job.get("attempts"), job.get("transitions"))
         assert job["last_step"] == 32  # 1024 samples / 64 per step x 2 epochs
+        # Each rank was forked from torchrun (torch imported once, in the launcher) and, as a fresh rank would,
+        # took torchrun's one intra-op thread per rank of a shared host.
+        for rank in (0, 1):
+            said = client.get(f"/v1/jobs/{job_id}/logs", params={"rank": rank}).text
+            assert "rank forked from torchrun, which had imported torch; 1 intra-op threads" in said, said[-2000:]
 
         losses = client.get(f"/v1/jobs/{job_id}/metrics", params={"name": "train/loss"}).json()["items"]
         steps = [m["step"] for m in losses]

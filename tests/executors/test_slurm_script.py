@@ -19,6 +19,7 @@ from tests.deploy.test_manifests import _shims
 from tests.executors.conftest import events, executor_settings, job_spec, phases, request
 from worker.executors.base import EngineReason, Phase, RankState, engine_verdict
 from worker.executors.slurm import JobRecord, SlurmExecutor, _exit_code, _seconds
+from worker.launch import trainer_main
 
 
 def _executor(tmp_path: Path, **overrides: object) -> SlurmExecutor:
@@ -45,7 +46,8 @@ def test_the_batch_script_asks_for_the_specs_nodes_and_lets_ranks_checkpoint(tmp
     assert "--nnodes=2 --rdzv-backend=c10d --rdzv-endpoint=\"$head_node:$rdzv_port\"" in script
     assert "--rdzv-conf=join_timeout=60" in script and "--standalone" not in script
     # The local executor's torchrun: the same interpreter, per-attempt log directory, the catalog trainer.
-    assert f"--log-dir={tmp_path / 'runs' / 'j1' / 'logs' / 'attempt-2'}" in script and "-m trainer --spec" in script
+    assert f"--log-dir={tmp_path / 'runs' / 'j1' / 'logs' / 'attempt-2'}" in script
+    assert f"--run-path --start-method=fork {trainer_main()} --spec" in script
 
 
 @pytest.mark.parametrize(("device", "slurm_gpus", "gpus"),

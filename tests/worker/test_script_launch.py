@@ -29,7 +29,7 @@ from jobspec.spec import (
 )
 from tests.helpers import ROOT
 from worker import venvs
-from worker.launch import BOOTSTRAP, RESUME_FROM_ENV, RUN_DIR_ENV, torchrun_command, torchrun_env
+from worker.launch import BOOTSTRAP, RESUME_FROM_ENV, RUN_DIR_ENV, torchrun_command, torchrun_env, trainer_main
 
 CATALOG = {"name": "c", "model": {"name": "mlp"}, "data": {"name": "synthetic-classification"}}
 
@@ -203,8 +203,15 @@ def test_torchrun_runs_the_resolved_file_or_module_with_args_verbatim(code: Path
     assert torchrun_command(bundled, run_dir, 1, settings)[-5:] == [
         "-m", BOOTSTRAP, bundle_root, "file", str((run_dir / "code" / "train.py").resolve())]
     assert torchrun_env("j1", 1, run_dir, settings, bundled)["TORCHYARD_CODE_DIR"] == bundle_root
+    # A catalog job's ranks are forked from torchrun, from the trainer of the worker's own installation; or started
+    # as interpreters of their own where the operator says so.
     catalog = torchrun_command(spec_from_dict(CATALOG), run_dir, 1, settings)
-    assert catalog[-6:] == ["-m", "trainer", "--spec", str(run_dir / "spec.json"), "--run-dir", str(run_dir)]
+    main_file = Path(trainer_main())
+    assert main_file == (ROOT / "trainer" / "__main__.py").resolve() and main_file.is_file()
+    assert catalog[-7:] == ["--run-path", "--start-method=fork", str(main_file), "--spec", str(run_dir / "spec.json"),
+                            "--run-dir", str(run_dir)]
+    fresh = torchrun_command(spec_from_dict(CATALOG), run_dir, 1, settings.model_copy(update={"fork_ranks": False}))
+    assert fresh[-6:] == ["-m", "trainer", "--spec", str(run_dir / "spec.json"), "--run-dir", str(run_dir)]
 
     # Accepted, then the file was swapped for a symlink out of the code root: the worker refuses to launch it.
     (code / "train.py").unlink()
