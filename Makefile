@@ -52,7 +52,7 @@ install-test: install-torch
 
 # Three test files at a time (pytest-xdist; each file whole in one process, so its module fixtures start once), the
 # longest first (tests/file_order.py): 36-41 minutes of pytest on 2 cores from a clean clone with a second copy of the
-# suite beside it, 1,124 tests, 1,720-1,850 CPU-seconds each, 27 minutes alone (17 on a faster machine, 1,147 tests, with
+# suite beside it, 1,124 tests, 1,720-1,850 CPU-seconds each, 27 minutes alone (17-18 on a faster machine, 1,147 tests, with
 # catalog ranks forked from torchrun); most of it torch starting in torchrun and its ranks (python -m bench.suite_cpu:
 # docs/BENCHMARKS.md, "The test suite"). Four
 # processes took as long and more CPU. TEST_PROCESSES=0: pytest's own single process.
