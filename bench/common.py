@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import platform
+import resource
 import secrets
 import statistics
 import subprocess
@@ -87,6 +88,13 @@ def window_rate(times: dict[int, float], start_step: int, per_step: float) -> tu
 
 
 # ------------------------------------------------------------------ processes
+
+
+def children_cpu_s() -> float:
+    """CPU seconds (user + system) of this process's children that have ended and been waited for, so far: the
+    difference across a run is what that run's processes used."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def bench_env(**extra: str) -> dict[str, str]:

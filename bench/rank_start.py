@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import resource
 import statistics
 import subprocess
 import sys
@@ -25,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import REPO, bench_env, machine, torchrun
+from bench.common import REPO, bench_env, children_cpu_s, machine, torchrun
 
 log = logging.getLogger("bench")
 
@@ -43,20 +42,15 @@ dist.destroy_process_group()
 WAYS: dict[str, list[str]] = {"exec": [], "fork": ["--run-path", "--start-method=fork"]}
 
 
-def _cpu_children() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
 def launch(way: str, nproc: int, work: Path) -> dict[str, Any]:
     """One launch: when the slowest rank had its process group, the launch's wall time and CPU."""
     out = Path(tempfile.mkdtemp(dir=work))
     probe = work / "probe.py"
-    cpu, started = _cpu_children(), time.time()
+    cpu, started = children_cpu_s(), time.time()
     env = bench_env(PROBE_OUT=str(out), LAUNCHED_AT=repr(started))
     done = subprocess.run(torchrun(nproc, "--monitor-interval=0.5", *WAYS[way], str(probe)), env=env, cwd=work,
                           capture_output=True, text=True, timeout=300)
-    wall, cpu = time.time() - started, _cpu_children() - cpu
+    wall, cpu = time.time() - started, children_cpu_s() - cpu
     if done.returncode != 0:
         raise RuntimeError(f"{way} x{nproc} exited {done.returncode}: {done.stderr[-2000:]}")
     ready = [json.loads(p.read_text())["ready_s"] for p in sorted(out.glob("rank*.json"))]

@@ -19,7 +19,6 @@ import contextlib
 import json
 import logging
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -30,7 +29,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from bench.common import REPO, Periodic, machine
+from bench.common import REPO, Periodic, children_cpu_s, machine
 
 log = logging.getLogger("bench")
 
@@ -141,10 +140,9 @@ def import_torch_cpu_s(rounds: int = 3) -> float:
     """The median CPU seconds of ``python -c "import torch"`` here: what each launcher and rank pays first."""
     costs = []
     for _ in range(rounds):
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        before = children_cpu_s()
         subprocess.run([sys.executable, "-c", "import torch"], check=True)
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        costs.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
+        costs.append(children_cpu_s() - before)
     return statistics.median(costs)
 
 
@@ -173,13 +171,12 @@ def main(argv: list[str] | None = None) -> int:
     log.info("import torch: %.2f CPU-s here; running pytest %s", torch_s, " ".join(pytest_args))
     env = {**os.environ, MARK: (mark := uuid.uuid4().hex)}
     started = time.monotonic()
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    before = children_cpu_s()
     proc = subprocess.Popen([sys.executable, "-m", "pytest", *pytest_args], cwd=REPO, env=env)
     with Sampler(proc.pid, mark) as sampler:
         code = proc.wait()
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    kernel_cpu_s = children_cpu_s() - before
     wall_s = time.monotonic() - started
-    kernel_cpu_s = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
     table = by_kind(list(sampler.seen.values()))
     log.info("pytest exited %d after %.0f s\n%s", code, wall_s, report(table, kernel_cpu_s))
     args.out.mkdir(parents=True, exist_ok=True)
