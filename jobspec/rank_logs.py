@@ -24,6 +24,14 @@ def merged_log_name(node: int) -> str:
     return MERGED_LOG if node == 0 else f"ranks-node-{node}.log"
 
 
+def global_rank(rank_dir: Path) -> int:
+    """The global rank whose logs ``rank_dir`` holds: its ``rank`` mark, or for a rank that died before writing one,
+    its local rank (the directory's name), which equals the global rank on one node. A mark that is a link is not
+    read. OSError or ValueError when neither says."""
+    mark = rank_dir / RANK_MARK
+    return int(mark.read_text()) if mark.is_file() and not mark.is_symlink() else int(rank_dir.name)
+
+
 def find_rank_dir(log_dir: Path, rank: int) -> Path | None:
     """The directory of global rank ``rank``'s logs under torchrun's ``--log-dir`` of one attempt:
     ``<log dir>/<run id>/attempt_<restart>/<local rank>``, of the newest launch and its highest restart.
@@ -38,9 +46,8 @@ def find_rank_dir(log_dir: Path, rank: int) -> Path | None:
         restart = _RESTART.match(rank_dir.parent.name)
         if not restart or rank_dir.is_symlink() or not rank_dir.is_dir():
             continue
-        mark = rank_dir / RANK_MARK
         try:
-            owner = int(mark.read_text()) if mark.is_file() and not mark.is_symlink() else int(rank_dir.name)
+            owner = global_rank(rank_dir)
             launched = rank_dir.parent.parent.lstat().st_mtime
         except (OSError, ValueError):
             continue

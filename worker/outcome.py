@@ -14,7 +14,7 @@ from pathlib import Path
 
 from jobs.store.models import ErrorType
 from jobspec.exit_codes import PREEMPTED_EXIT_CODE, SPEC_ERROR_EXIT_CODE
-from jobspec.rank_logs import OUTPUT_LOG, RANK_MARK, find_rank_dir
+from jobspec.rank_logs import OUTPUT_LOG, find_rank_dir, global_rank
 from worker.sandbox.run_dirs import open_job_file, read_job_bytes
 
 log = logging.getLogger(__name__)
@@ -35,6 +35,8 @@ class Failure:
 # torchrun's summary of a failed worker group names the root-cause rank and its error file.
 _ROOT_CAUSE = re.compile(r"Root Cause.*?rank\s*:\s*(\d+).*?error_file:\s*(\S*)", re.S)
 _EXITCODE = re.compile(r"exitcode\s*:\s*(-?\d+)")
+# The file torchrun has each rank write its error to (TORCHELASTIC_ERROR_FILE), in the rank's log directory.
+_RANK_ERROR = "error.json"
 
 
 def read_error_file(path: Path) -> tuple[str | None, str | None]:
@@ -138,19 +140,17 @@ def first_failure(rank: int | None, rank_dir: Path | None) -> tuple[int | None, 
     written: dict[str, int] = {}
     with contextlib.suppress(OSError):
         for sibling in rank_dir.parent.iterdir():
-            error = sibling / "error.json"
+            error = sibling / _RANK_ERROR
             if not sibling.is_symlink() and not error.is_symlink() and error.is_file():
                 written[sibling.name] = error.stat().st_mtime_ns
     first = first_written(written)
     if first is None or first == rank_dir.name:
         return rank, rank_dir
     chosen = rank_dir.parent / first
-    mark = chosen / RANK_MARK
     try:
-        global_rank = int(mark.read_text()) if mark.is_file() and not mark.is_symlink() else int(first)
+        return global_rank(chosen), chosen
     except (OSError, ValueError):
         return rank, rank_dir
-    return global_rank, chosen
 
 
 def rank_exit_code(launcher_text: str) -> int | None:
@@ -175,7 +175,7 @@ def failure(exit_code: int | None, error_file: Path, launcher_log: Path, default
     rank, rank_dir = first_failure(named, named_dir)
     switched = rank_dir != named_dir
     # torchrun copied the error file of the rank it named to error_file; another rank's is read where it wrote it.
-    message, traceback = read_error_file(rank_dir / "error.json" if switched and rank_dir else error_file)
+    message, traceback = read_error_file(rank_dir / _RANK_ERROR if switched and rank_dir else error_file)
     if rank_dir is None and rank is not None:
         # A rank without torchrun's @record (a plain script) leaves no error file: its own log says why.
         rank_dir = find_rank_dir(launcher_log.parent, rank)
