@@ -21,11 +21,25 @@ PAUSED_PHASE = "paused"
 SPEC_ERROR_EXIT_CODE = 2
 
 
+def flush_output() -> None:
+    """Every log record and every line written so far out, before a rank ends without the interpreter's teardown."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+
+
+def exit_status(code: object) -> int:
+    """The exit status python gives ``SystemExit(code)``: None is 0, an int itself, anything else is printed to
+    stderr and is 1."""
+    if code is None or isinstance(code, int):
+        return code or 0
+    sys.stderr.write(f"{code}\n")
+    return 1
+
+
 def exit_now(code: int) -> NoReturn:
     """End a rank whose work is written and closed and whose groups are destroyed, skipping the interpreter's
     teardown: there gloo's threads releasing their last work objects can still abort a finished rank (SIGABRT after
     "done", "terminate called without an active exception", seen on loaded hosts)."""
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
+    flush_output()
     os._exit(code)

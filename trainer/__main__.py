@@ -29,7 +29,7 @@ interleave()  # before torch is imported: everything the rank prints, in order, 
 
 from torch.distributed.elastic.multiprocessing.errors import record  # noqa: E402
 
-from jobspec.exit_codes import SPEC_ERROR_EXIT_CODE, exit_now  # noqa: E402
+from jobspec.exit_codes import SPEC_ERROR_EXIT_CODE, exit_now, exit_status, flush_output  # noqa: E402
 from jobspec.spec import JobSpec, SpecLimits, load_spec_file  # noqa: E402
 
 log = logging.getLogger("trainer")
@@ -122,11 +122,8 @@ def _run_forked() -> int:
     (worker/outcome.py). main()'s @record has written it as the exception was raised."""
     try:
         return _run()
-    except SystemExit as exc:  # what python does with one: an int is the code, anything else is printed, code 1
-        if exc.code is None or isinstance(exc.code, int):
-            return exc.code or 0
-        sys.stderr.write(f"{exc.code}\n")
-        return 1
+    except SystemExit as exc:
+        return exit_status(exc.code)
     except BaseException:  # noqa: BLE001 - every exception ends the rank, as in an interpreter of its own
         sys.excepthook(*sys.exc_info())  # as python reports an uncaught one (torch.distributed prefixes "[rankN]:")
         return 1
@@ -138,10 +135,8 @@ def _end_forked(code: int) -> None:
     (multiprocessing's), so the interpreter's teardown is skipped as ``exit_now`` skips it."""
     from trainer import rank_output
 
-    logging.shutdown()
-    rank_output.close()
-    sys.stdout.flush()
-    sys.stderr.flush()
+    flush_output()
+    rank_output.close()  # after the last record and line: a line without its newline reaches the merged log
     if code != 0:
         raise SystemExit(code)
 

@@ -55,6 +55,7 @@ from jobspec.pdeathsig import die_with_parent
 if __name__ == "__main__":
     die_with_parent()  # before anything else is imported: the window in which torchrun's death goes unseen
 
+from jobspec.exit_codes import exit_status  # noqa: E402
 from jobspec.paths import within  # noqa: E402
 from trainer import cpu_locations, leaks, pg_watch  # noqa: E402
 from trainer.rank_output import interleave  # noqa: E402
@@ -131,9 +132,7 @@ def finish(code: object = 0) -> NoReturn:
     handlers run, output flushed, the exit status kept; but without the interpreter's teardown, where gloo's threads
     releasing their last work objects can abort a finished rank ("terminate called without an active exception",
     SIGABRT after the script's last line), which torchrun would report as a failure."""
-    if code is not None and not isinstance(code, int):
-        sys.stderr.write(f"{code}\n")  # SystemExit("message"): python prints it and exits 1
-        code = 1
+    status = exit_status(code)  # SystemExit("message"): python prints it and exits 1
     main_thread = threading.main_thread()
     for thread in threading.enumerate():
         if thread is not main_thread and not thread.daemon:
@@ -142,7 +141,7 @@ def finish(code: object = 0) -> NoReturn:
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
-    os._exit(code or 0)
+    os._exit(status)
 
 
 if __name__ == "__main__":
