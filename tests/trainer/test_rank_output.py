@@ -18,21 +18,28 @@ from tests.helpers import ROOT
 pytestmark = pytest.mark.slow
 
 SCRIPT = """
-import ctypes, os, sys, time
+import ctypes, os, signal, sys, time
 print("out 1")
 sys.stderr.write("err 1\\n")
 print("out 2", end="")
 sys.stderr.write(" and err 2 on the same line\\n")
 os.write(1, b"native write to fd 1\\n")
-# Neither rank dies before the other has written everything: torchrun stops the survivor of a failed rank, and a
-# rank stopped before its first line (a busy machine starts the two far apart) leaves no output to check.
+# Rank 1 dies first, and rank 0 raises when torchrun stops it for that: torchrun stops the survivors of a failed
+# rank, so two ranks that each fail on their own race it, and a loaded host lets torchrun's SIGTERM reach rank 0
+# before its traceback is written. Rank 1 waits for rank 0's lines so that neither is stopped before it has written.
 rank = os.environ["RANK"]
+if rank == "0":
+    def stopped(signum, frame):
+        raise RuntimeError("boom on rank 0")
+    signal.signal(signal.SIGTERM, stopped)  # before rank 1 can know rank 0 has written, and so before it dies
 open(f"wrote-{rank}", "w").close()
 deadline = time.monotonic() + 120
-while not os.path.exists(f"wrote-{1 - int(rank)}") and time.monotonic() < deadline:
-    time.sleep(0.01)
 if rank == "0":
+    while time.monotonic() < deadline:
+        time.sleep(0.01)
     raise RuntimeError("boom on rank 0")
+while not os.path.exists("wrote-0") and time.monotonic() < deadline:
+    time.sleep(0.01)
 ctypes.string_at(0)  # rank 1: a segmentation fault; faulthandler's report is all that is left of it
 """
 
