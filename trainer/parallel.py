@@ -187,7 +187,7 @@ def parallelize(model: nn.Module, rank: RankInfo, spec: JobSpec, task: str = "cl
         from trainer.model_parallel.apply import apply_model_parallel
 
         precision = spec.train.precision
-        parts = apply_model_parallel(model, rank, spec, task)
+        parts = apply_model_parallel(model, rank, spec, task, mark)
         return Parallelized(autocast_dtype=None if precision == "fp32" else _DTYPES[precision], **parts)
     if not (spec.parallel.strategy == "fsdp" and spec.parallel.fsdp.cpu_offload):
         model.to(rank.device)

@@ -106,3 +106,5 @@ def test_four_ranks_on_a_two_dimensional_mesh(runs: Path, name: str) -> None:
     assert starting["mesh"] == {"dp": 2, second: 2}
     assert_close_seq(train_losses(runs / name), train_losses(runs / "one"), 1e-4)
     assert len(_done(runs / name)["local_param_numel"]) == 4
+    # The copy to the device is its own start-up phase in these layouts too, after the mesh and a pipeline's split.
+    assert list(starting["startup"])[:5] == ["events", "data", "model", "to_device", "parallelize"], starting["startup"]

@@ -4,6 +4,7 @@ DDP or FSDP2 over the data-parallel dimension."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -29,8 +30,11 @@ def _fsdp(module: nn.Module, dp_mesh: Any, spec: JobSpec) -> nn.Module:
     return module
 
 
-def apply_model_parallel(model: nn.Module, rank: RankInfo, spec: JobSpec, task: str) -> dict[str, Any]:
-    """The pieces of a ``Parallelized`` for a pipeline or tensor-parallel job (see trainer/parallel.py)."""
+def apply_model_parallel(model: nn.Module, rank: RankInfo, spec: JobSpec, task: str,
+                         mark: Callable[[str], None] = lambda phase: None) -> dict[str, Any]:
+    """The pieces of a ``Parallelized`` for a pipeline or tensor-parallel job (see trainer/parallel.py).
+    ``mark("to_device")`` once this rank's part of the model is on its device: the mesh and, for a pipeline, the
+    split come first, so that a rank copies only its own stages."""
     mesh = build_mesh(rank, spec)
     dp_mesh = mesh["dp"]
     dp = dp_mesh.size()
@@ -52,9 +56,10 @@ def apply_model_parallel(model: nn.Module, rank: RankInfo, spec: JobSpec, task: 
             return replicate(part, mesh=dp_mesh)
 
         assert model_knows.pipeline is not None
-        pipe = build_pipeline(model, model_knows.pipeline, spec, mesh, rank.device, task, wrap)
+        pipe = build_pipeline(model, model_knows.pipeline, spec, mesh, rank.device, task, wrap, mark)
         return {"model": pipe.model, "strategy": f"{strategy}+pp", "mesh": mesh, "data_rank": data_rank(rank, mesh), "pipeline": pipe}
     model.to(rank.device)
+    mark("to_device")
     assert model_knows.tensor_plan is not None
     apply_tensor_parallel(model, mesh["tp"], model_knows.tensor_plan)
     if dp > 1:

@@ -10,6 +10,7 @@ DCP checkpoints are exchangeable with a run without a pipeline. Schedules: GPipe
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -119,8 +120,9 @@ class Pipeline:
 
 
 def build_pipeline(model: nn.Module, layout: PipelineLayout, spec: Any, mesh: DeviceMesh, device: torch.device, task: str,
-                   wrap: Any) -> Pipeline:
-    """Split the model for this rank, wrap each chunk for data parallelism (``wrap``) and make the schedule."""
+                   wrap: Any, mark: Callable[[str], None] = lambda phase: None) -> Pipeline:
+    """Split the model for this rank, move its chunks to ``device`` (then ``mark("to_device")``), wrap each chunk
+    for data parallelism (``wrap``) and make the schedule."""
     opts = spec.parallel.pipeline
     pp_mesh = mesh["pp"]
     pp_rank, pp_size = pp_mesh.get_local_rank(), pp_mesh.size()
@@ -129,6 +131,7 @@ def build_pipeline(model: nn.Module, layout: PipelineLayout, spec: Any, mesh: De
     stage_ids = list(range(pp_rank, chunks, pp_size))
     owner, chunk_modules = split_model(model, layout, chunks, stage_ids)
     owner.to(device)
+    mark("to_device")
     parts = [wrap(part) for part in chunk_modules]
     group = pp_mesh.get_group()
     stages = [PipelineStage(part, s, chunks, device, group=group) for part, s in zip(parts, stage_ids, strict=True)]
