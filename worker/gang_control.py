@@ -4,6 +4,7 @@ stop, telling a peer's lost host from a training error, and finding the node who
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import time
 from pathlib import Path
@@ -72,11 +73,14 @@ class Gang:
             lease.try_heartbeat()
             time.sleep(0.5)
 
-    def failure(self, run_dir: Path, attempt: int) -> outcome.Failure | None:
-        """The first other node whose ranks left an error with a traceback, as its own error file tells it."""
+    def failure(self, run_dir: Path, attempt: int, own: outcome.Failure) -> outcome.Failure:
+        """The job's failure: of node 0's own (``own``) and each other node's, as its error file tells it, the one
+        whose rank failed first (outcome.first_of_nodes); ``own`` where no node left a traceback."""
+        if self.nnodes <= 1:
+            return own
+        found = [own]
         for rank in range(1, self.nnodes):
-            found = outcome.failure(1, run_dir / f"error-node-{rank}.json",
+            other = outcome.failure(1, run_dir / f"error-node-{rank}.json",
                                     run_dir / "logs" / f"attempt-{attempt}" / f"launcher-node-{rank}.log")
-            if found.traceback is not None:
-                return outcome.Failure(found.type, f"node {rank}: {found.message}", found.traceback, None, found.log_tail, found.rank)
-        return None
+            found.append(dataclasses.replace(other, message=f"node {rank}: {other.message}", exit_code=None))
+        return outcome.first_of_nodes(found) or own

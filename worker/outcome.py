@@ -8,7 +8,7 @@ import logging
 import os
 import re
 import signal
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +30,9 @@ class Failure:
     exit_code: int | None
     log_tail: str | None = None
     rank: int | None = None
+    # When the failing rank's own error file was written (ns since the epoch), where it left one: what tells the
+    # first failure of a multi-node job from the errors its peers then raised on the connections it closed.
+    written_ns: int | None = None
 
 
 # torchrun's summary of a failed worker group names the root-cause rank and its error file.
@@ -130,6 +133,15 @@ def _local_order(name: str) -> tuple[int, str]:
     return (int(name), "") if name.isdigit() else (1 << 30, name)
 
 
+def first_of_nodes(failures: Sequence[Failure]) -> Failure | None:
+    """Of each node's failure (node 0's first), the one whose rank wrote its error first, among those with a
+    traceback; ties go to the lower node, a failure without a write time comes after every one with (pure). A rank
+    writes its error file as it raises and closes its connections only as it exits, so its peers' errors about them
+    are written later: on the runs volume every node shares, on clocks that agree to far better than that."""
+    told = [(f.written_ns is None, f.written_ns or 0, node) for node, f in enumerate(failures) if f.traceback is not None]
+    return failures[min(told)[2]] if told else None
+
+
 def first_failure(rank: int | None, rank_dir: Path | None) -> tuple[int | None, Path | None]:
     """The rank of the same launch and restart whose error file was written first, in place of the one torchrun
     named. torchrun names the oldest error file by whole seconds, and, where it forks its ranks, the lowest local
@@ -196,7 +208,15 @@ def failure(exit_code: int | None, error_file: Path, launcher_log: Path, default
     else:
         summary = message or f"torchrun exited with code {exit_code}"
     summary = no_cuda_message(summary, "\n".join(t for t in (message, traceback, last_error(log_tail)) if t))
-    return Failure(type=kind, message=summary, traceback=traceback, exit_code=exit_code, log_tail=log_tail or None, rank=rank)
+    return Failure(type=kind, message=summary, traceback=traceback, exit_code=exit_code, log_tail=log_tail or None, rank=rank,
+                   written_ns=_written_ns(rank_dir / _RANK_ERROR) if rank_dir else None)
+
+
+def _written_ns(path: Path) -> int | None:
+    try:
+        return None if path.is_symlink() else path.stat().st_mtime_ns
+    except OSError:
+        return None
 
 
 def was_preempted(exit_code: int | None, last_phase: str | None) -> bool:

@@ -313,9 +313,7 @@ class Supervisor:
         if code == 0 and state.reason is None:
             alone = process_group_warning(run_dir / "logs" / f"attempt-{job.attempt}")
             return Stop(Why.EXITED, exit_code=code, state=state, detail=alone or "")
-        failure = outcome.failure(code, run_dir / ERROR_FILE, self.launch.launcher_log)
-        if failure.traceback is None:
-            failure = self.gang.failure(run_dir, job.attempt) or failure
+        failure = self.gang.failure(run_dir, job.attempt, outcome.failure(code, run_dir / ERROR_FILE, self.launch.launcher_log))
         return Stop(Why.EXITED, exit_code=code, state=state, failure=failure, lost_nodes=tuple(lost),
                     log_tail=outcome.tail(self.launch.launcher_log))
 

@@ -145,3 +145,21 @@ def test_cancel_and_timeout_stop_every_node(services: Services) -> None:
         job = services.wait_status(client, timed, TERMINAL, timeout_s=90)
         assert job["status"] == "failed" and job["error"]["type"] == "timeout", job["error"]
         wait_until(lambda: marked_processes(timed) == [], 60, what="every node of the timed-out job to stop")
+
+
+def test_a_follower_ranks_error_is_the_jobs_error(services: Services) -> None:
+    """Global rank 1, on node 1, raises: rank 0 on node 0 then fails too, on the collective its peer left. The
+    job's error is rank 1's, with its traceback, not the connection error node 0 saw a moment later."""
+    services.start_api()
+    crash = faults({"action": "raise", "step": 3, "rank": 1, "restart": 0, "attempt": 1}, slow(0.05))
+    for name in ("node-a", "node-b"):
+        services.start_worker(name, **GANG_ENV, **crash)
+    with services.client() as client:
+        job_id = client.post("/v1/jobs", json=gang_spec(20, max_restarts=0)).json()["id"]
+        job = services.wait_status(client, job_id, TERMINAL, timeout_s=150)
+    assert job["status"] == "failed", job
+    error = job["error"]
+    assert error["type"] == "training_error", error
+    assert error["message"].startswith("node 1: rank 1: InjectedFault"), error["message"]
+    assert "injected fault at step 3 on rank 1" in error["traceback"]
+    wait_until(lambda: marked_processes(job_id) == [], 60, what="every node of the failed job to stop")

@@ -85,3 +85,24 @@ def test_first_written_is_the_earliest_file_and_ties_go_to_the_lowest_local_rank
     numbered = sorted(int(n) for n in tied if n.isdigit())
     assert first == (str(numbered[0]) if numbered else "x")
     assert outcome.first_written(dict(reversed(written.items()))) == first  # the order files are listed in never matters
+
+
+def _failure(traceback: bool, written_ns: int | None) -> outcome.Failure:
+    return outcome.Failure(outcome.ErrorType.TRAINING, "m", "Traceback" if traceback else None, 1, written_ns=written_ns)
+
+
+@given(st.lists(st.tuples(st.booleans(), st.none() | st.integers(0, 3)), max_size=5))
+def test_the_first_node_to_fail_is_the_earliest_written_traceback(nodes: list[tuple[bool, int | None]]) -> None:
+    failures = [_failure(*node) for node in nodes]
+    first = outcome.first_of_nodes(failures)
+    told = [f for f in failures if f.traceback is not None]
+    if not told:
+        assert first is None
+        return
+    assert first is not None and first.traceback is not None
+    timed = [f.written_ns for f in told if f.written_ns is not None]
+    if timed:
+        assert first.written_ns == min(timed)  # before any node whose rank left no write time
+    # ties go to the lower node: node 0's own failure before a follower's
+    index = next(i for i, f in enumerate(failures) if f is first)
+    assert not any(f.traceback is not None and f.written_ns == first.written_ns for f in failures[:index])
