@@ -74,5 +74,6 @@ def process_group_warning(log_dir: Path) -> str | None:
                 "cause: a script that starts processes of its own, such as mp.spawn(nprocs=torch.cuda.device_count()), "
                 "which starts none on a host without GPUs")
     return (f"{said}: each probably trained alone on all the data. Usual causes: a script without init_process_group "
-            "(torchrun only starts the processes), or a framework told to run one process (Accelerate's num_processes, "
-            "a Trainer's devices=1)")
+            "(torchrun only starts the processes); a script written for torch.distributed.launch, which reads its rank "
+            "from --local_rank (add \"--local_rank=${local_rank}\" to args: torchrun puts each rank's own there); or a "
+            "framework told to run one process (Accelerate's num_processes, a Trainer's devices=1)")

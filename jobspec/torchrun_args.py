@@ -24,6 +24,17 @@ def launcher_flags(spec: JobSpec | ScriptJobSpec, topology: list[str], log_dir: 
     ]
 
 
+LOCAL_RANK = "${local_rank}"
+
+
+def verbatim(arg: str) -> str:
+    """``arg`` escaped for torchrun, which passes every rank its arguments through ``string.Template`` with the
+    rank's ``local_rank`` (torch.distributed.launch's ``--local_rank=${local_rank}``): each ``$`` doubled but those
+    of ``${local_rank}``, so that a rank receives exactly ``arg`` with only that replaced by its local rank, where
+    torchrun alone would also turn ``$$`` into ``$`` and ``$local_rank`` into the number (pure)."""
+    return LOCAL_RANK.join(part.replace("$", "$$") for part in arg.split(LOCAL_RANK))
+
+
 def trainer_program(spec_path: str, run_dir: str, forked_from: str | None = None) -> list[str]:
     """What torchrun runs for a catalog job: the trainer, told its spec.json and run directory. With ``forked_from``
     (the trainer's ``__main__.py``, an absolute path) torchrun forks each rank from its own process, which has

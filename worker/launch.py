@@ -28,7 +28,7 @@ from jobs.settings import Settings
 from jobspec.env_rules import env_name_problem, name_problem
 from jobspec.exit_codes import PAUSE_AT_ENV
 from jobspec.spec import JobSpec, ScriptJobSpec, SpecError, SpecProblem, resolve_entrypoint
-from jobspec.torchrun_args import launcher_flags, trainer_program
+from jobspec.torchrun_args import launcher_flags, trainer_program, verbatim
 from torchyard.sinks.factory import MLFLOW_URI_ENV
 from worker import venvs, workdir
 from worker.sandbox.processes import JOB_MARK, NODE_MARK
@@ -115,7 +115,8 @@ def _requirements(spec: JobSpec | ScriptJobSpec) -> list[str]:
 
 def script_program(spec: ScriptJobSpec, code_root: Path, allowed_modules: frozenset[str] = frozenset()) -> list[str]:
     """What torchrun runs for a script job: the rank bootstrap, told the code root and the resolved file or
-    module, then the args verbatim. ``code_root`` is the service's code root, or the job's unpacked bundle
+    module, then the args, which reach the script verbatim but for ``${local_rank}``, each rank's own local rank
+    (jobspec.torchrun_args.verbatim). ``code_root`` is the service's code root, or the job's unpacked bundle
     (``workdir.code_root``). A module under the code root goes with the file it resolved to: the bootstrap
     runs it only if the module still resolves there, never an installed module of the same name."""
     try:
@@ -123,13 +124,14 @@ def script_program(spec: ScriptJobSpec, code_root: Path, allowed_modules: frozen
     except ValueError as exc:
         raise SpecError([SpecProblem(("entrypoint",), f"{spec.entrypoint!r}: {exc}")]) from exc
     root = str(code_root.resolve())
+    args = [verbatim(arg) for arg in spec.args]
     if entry.module is not None and entry.file is not None:
-        return ["-m", BOOTSTRAP, root, "module", entry.module, str(entry.file), *spec.args]
+        return ["-m", BOOTSTRAP, verbatim(root), "module", entry.module, verbatim(str(entry.file)), *args]
     if entry.module is not None:  # an installed module the operator allow-listed
-        return ["-m", BOOTSTRAP, root, "installed", entry.module, *spec.args]
+        return ["-m", BOOTSTRAP, verbatim(root), "installed", entry.module, *args]
     assert entry.file is not None
     # The resolved path, not the submitted one: a symlink swapped after this check cannot redirect the rank.
-    return ["-m", BOOTSTRAP, root, "file", str(entry.file), *spec.args]
+    return ["-m", BOOTSTRAP, verbatim(root), "file", verbatim(str(entry.file)), *args]
 
 
 def rank_secrets(session: Session, job_id: str, settings: Settings) -> dict[str, str]:

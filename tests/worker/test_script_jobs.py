@@ -158,3 +158,25 @@ def test_path_and_env_attacks_are_refused_and_nothing_runs(services: Services, t
     with Session(get_engine(services.settings.database_url)) as s:
         assert s.exec(sa.select(sa.func.count()).select_from(Job).where(Job.status == "queued")).one()[0] == 1
     assert not marker.exists()
+
+
+def test_a_script_for_torch_distributed_launch_gets_its_local_rank_argument(services: Services) -> None:
+    """``--local_rank=${local_rank}`` in args: torchrun puts each rank's own local rank there, as
+    torch.distributed.launch passed it. Without it such a script trains alone on every rank, and the job says so."""
+    shutil.copy(ROOT / "tests" / "worker" / "data" / "launch_local_rank.py", services.settings.code_dir / "legacy.py")
+    services.start_api()
+    services.start_worker()
+    with services.client() as client:
+        given = client.post("/v1/jobs", json=script_spec("legacy-arg", "legacy.py", ["--local_rank=${local_rank}"])).json()["id"]
+        alone = client.post("/v1/jobs", json=script_spec("legacy", "legacy.py", [])).json()["id"]
+        job = services.wait_status(client, given, {"succeeded", "failed", "cancelled"}, timeout_s=240)
+        assert job["status"] == "succeeded", job["error"]
+        logs = rank_logs(Path(job["run_dir"]), 1)
+        assert "[rank 0] local_rank 0 of world 2 epoch 1" in logs and "[rank 1] local_rank 1 of world 2 epoch 1" in logs
+        assert job["transitions"][-1]["reason"] == "torchrun exited 0"  # one process group of 2: no warning
+
+        job = services.wait_status(client, alone, {"succeeded", "failed", "cancelled"}, timeout_s=240)
+        assert job["status"] == "succeeded", job["error"]
+        assert "[rank 1] local_rank -1 of world 1 epoch 1" in rank_logs(Path(job["run_dir"]), 1)
+        said = job["transitions"][-1]["reason"]
+        assert "never formed a process group" in said and "--local_rank=${local_rank}" in said, said

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 from cryptography.fernet import Fernet
+from hypothesis import given
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from jobs.settings import Settings
@@ -27,6 +29,7 @@ from jobspec.spec import (
     spec_from_dict,
     spec_problems,
 )
+from jobspec.torchrun_args import verbatim
 from tests.helpers import ROOT
 from worker import venvs
 from worker.launch import BOOTSTRAP, RESUME_FROM_ENV, RUN_DIR_ENV, torchrun_command, torchrun_env, trainer_main
@@ -185,7 +188,8 @@ def test_torchrun_runs_the_resolved_file_or_module_with_args_verbatim(code: Path
     assert "--nproc-per-node=2" in cmd and f"--log-dir={run_dir / 'logs' / 'attempt-1'}" in cmd
     root = str(code.resolve())
     # Every script rank starts in the bootstrap (output as printed, parent-death signal, code root on sys.path).
-    assert cmd[-8:] == ["-m", BOOTSTRAP, root, "file", str((code / "train.py").resolve()), "--lr", "0.1; rm -rf /", "$HOME"]
+    # "$" is doubled for torchrun, which renders each rank's arguments as a template (test_args_reach_the_rank_...).
+    assert cmd[-8:] == ["-m", BOOTSTRAP, root, "file", str((code / "train.py").resolve()), "--lr", "0.1; rm -rf /", "$$HOME"]
     assert torchrun_command(script(entrypoint="pkg.sub.fit", args=["x"]), run_dir, 2, settings)[-7:] == [
         "-m", BOOTSTRAP, root, "module", "pkg.sub.fit", str((code / "pkg" / "sub" / "fit.py").resolve()), "x"]
     # An installed module the operator listed has no file under the code root; the bootstrap is told which kind it is.
@@ -219,6 +223,16 @@ def test_torchrun_runs_the_resolved_file_or_module_with_args_verbatim(code: Path
     (code / "train.py").symlink_to(tmp_path / "evil.py")
     with pytest.raises(SpecError, match="entrypoint"):
         torchrun_command(script(), run_dir, 1, settings)
+
+
+@given(st.lists(st.text(alphabet="$lo{}_ca-rnk1", max_size=24) | st.sampled_from(["${local_rank}", "$local_rank", "$$", "$"]),
+                max_size=4))
+def test_args_reach_the_rank_verbatim_but_for_local_rank(args: list[str]) -> None:
+    """Through torchrun's own per-rank substitution (what its agent does to every rank's arguments): each argument
+    arrives as written, with ``${local_rank}`` alone replaced by the rank's local rank."""
+    from torch.distributed.elastic.utils.api import macros
+
+    assert macros.substitute([verbatim(a) for a in args], "3") == [a.replace("${local_rank}", "3") for a in args]
 
 
 def test_rank_env_has_the_job_env_and_secrets_but_no_service_settings(code: Path, tmp_path: Path,
