@@ -152,9 +152,9 @@ def first_failure(rank: int | None, rank_dir: Path | None) -> tuple[int | None, 
     written: dict[str, int] = {}
     with contextlib.suppress(OSError):
         for sibling in rank_dir.parent.iterdir():
-            error = sibling / _RANK_ERROR
-            if not sibling.is_symlink() and not error.is_symlink() and error.is_file():
-                written[sibling.name] = error.stat().st_mtime_ns
+            at = None if sibling.is_symlink() else _written_ns(sibling / _RANK_ERROR)
+            if at is not None:
+                written[sibling.name] = at
     first = first_written(written)
     if first is None or first == rank_dir.name:
         return rank, rank_dir
@@ -212,9 +212,10 @@ def failure(exit_code: int | None, error_file: Path, launcher_log: Path, default
                    written_ns=_written_ns(rank_dir / _RANK_ERROR) if rank_dir else None)
 
 
-def _written_ns(path: Path) -> int | None:
+def _written_ns(error_file: Path) -> int | None:
+    """When a rank's error file was written; None for none, or for a link, which no rank writes."""
     try:
-        return None if path.is_symlink() else path.stat().st_mtime_ns
+        return None if error_file.is_symlink() or not error_file.is_file() else error_file.stat().st_mtime_ns
     except OSError:
         return None
 
