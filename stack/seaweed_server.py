@@ -14,6 +14,7 @@ import argparse
 import json
 import logging
 import os
+import random
 import shutil
 import signal
 import socket
@@ -50,8 +51,28 @@ def s3_client(endpoint: str, access_key: str, secret_key: str):  # noqa: ANN201 
         config=Config(retries={"mode": "standard", "max_attempts": 2}, s3={"addressing_style": "path"}, connect_timeout=2))
 
 
+def _outgoing_ports() -> tuple[int, int]:
+    """The kernel's range of ports for outgoing connections."""
+    try:
+        low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+        return low, high
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
 def _free_port(host: str) -> int:
-    with socket.socket() as s:
+    """A port free on ``host`` now, below the kernel's range for outgoing connections: a port in that range can be
+    taken by any connection on the host while the server is stopped for a restart (the filer's gRPC port was, in a
+    test that restarts it: EADDRINUSE). At random, so that servers starting at once seldom pick the same one."""
+    pool = range(10000, min(_outgoing_ports()[0], 20000))  # below the workers' rendezvous ports (20000-29999) too
+    for port in random.sample(pool, k=min(64, len(pool))):
+        with socket.socket() as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as s:  # no room below the range (a host that gives every port out): any free one
         s.bind((host, 0))
         return s.getsockname()[1]
 
