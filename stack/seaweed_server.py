@@ -51,20 +51,19 @@ def s3_client(endpoint: str, access_key: str, secret_key: str):  # noqa: ANN201 
         config=Config(retries={"mode": "standard", "max_attempts": 2}, s3={"addressing_style": "path"}, connect_timeout=2))
 
 
-def _outgoing_ports() -> tuple[int, int]:
-    """The kernel's range of ports for outgoing connections."""
+def _first_outgoing_port() -> int:
+    """Where the kernel's range of ports for outgoing connections begins."""
     try:
-        low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
-        return low, high
-    except (OSError, ValueError):
-        return 32768, 60999
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
 
 
 def _free_port(host: str) -> int:
     """A port free on ``host`` now, below the kernel's range for outgoing connections: a port in that range can be
     taken by any connection on the host while the server is stopped for a restart (the filer's gRPC port was, in a
     test that restarts it: EADDRINUSE). At random, so that servers starting at once seldom pick the same one."""
-    pool = range(10000, min(_outgoing_ports()[0], 20000))  # below the workers' rendezvous ports (20000-29999) too
+    pool = range(10000, min(_first_outgoing_port(), 20000))  # below the workers' rendezvous ports (20000-29999) too
     for port in random.sample(pool, k=min(64, len(pool))):
         with socket.socket() as s:
             try:
