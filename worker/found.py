@@ -1,5 +1,5 @@
-"""What a job wrote without the SDK, found in its run directory each supervisor tick: TensorBoard
-scalars (worker/tb_tail.py) and framework checkpoints (worker/checkpoints_found.py), stored through
+"""What a job wrote without the SDK, found in its run directory each supervisor tick: TensorBoard and
+Weights & Biases scalars (worker/tb_tail.py, worker/wandb_tail.py) and framework checkpoints (worker/checkpoints_found.py), stored through
 jobs/store/ingest_found.py. Nothing here is required of the job: a script that writes none of it costs one
 directory walk every few seconds."""
 
@@ -20,11 +20,39 @@ from jobs.store.ingest_found import FoundCheckpoint, FoundPoint, ingest_found, l
 from jobspec.resume_args import render
 from jobspec.spec import AnySpec, ScriptJobSpec
 from worker import checkpoints_found, step_inside, workdir
-from worker.tb_tail import RESCAN_S, TensorBoardTail
+from worker.run_files import RESCAN_S, Point
+from worker.tb_tail import TensorBoardTail
+from worker.wandb_tail import WandbTail
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+
+class MetricTails:
+    """The tails of the metric files a job writes (TensorBoard's, W&B's), read as one: ``ack`` confirms the points of
+    the last ``read`` in the order it returned them."""
+
+    def __init__(self, run_dir: Path, rescan_s: float):
+        self.tails: tuple[TensorBoardTail | WandbTail, ...] = (TensorBoardTail(run_dir, rescan_s), WandbTail(run_dir, rescan_s))
+        self._unacked = [0] * len(self.tails)
+
+    @property
+    def unreadable(self) -> str | None:
+        """What the job's status says about metric files that exist but this worker cannot read."""
+        return "; ".join(t.unreadable for t in self.tails if t.unreadable) or None
+
+    def read(self, force_scan: bool = False) -> list[Point]:
+        batches = [tail.read(force_scan=force_scan) for tail in self.tails]
+        self._unacked = [len(b) for b in batches]
+        return [point for batch in batches for point in batch]
+
+    def ack(self, count: int) -> None:
+        for i, tail in enumerate(self.tails):
+            take = min(count, self._unacked[i])
+            tail.ack(take)
+            self._unacked[i] -= take
+            count -= take
 
 
 class Found:
@@ -38,7 +66,7 @@ class Found:
         self.patterns = patterns or []
         self.since = since  # checkpoints older than the job are not its own
         self.rescan_s = rescan_s
-        self.tensorboard = TensorBoardTail(run_dir, rescan_s)
+        self.metrics = MetricTails(run_dir, rescan_s)
         self.seq: int | None = None  # the last found seq stored, read from SQL on first use
         self.stored: dict[Path, tuple[float, int | None]] = {}  # checkpoints stored: their mtime and step
         self._next_scan = 0.0
@@ -81,7 +109,7 @@ class Found:
         call through a blip (the supervisor's retry); ``final`` looks for new files at once."""
         if not self.enabled:
             return 0
-        points = self.tensorboard.read(force_scan=final)
+        points = self.metrics.read(force_scan=final)
         found = self._new_checkpoints(final)
         if not points and not found:
             return 0
@@ -96,7 +124,7 @@ class Found:
                 return ingest_found(session, job_id, after, chunk, ckpts, guard=guard)
 
             self.seq = db(store, "storing found metrics and checkpoints")
-            self.tensorboard.ack(len(chunk))
+            self.metrics.ack(len(chunk))
             if ckpts:
                 self.stored.update({path: (c.mtime, c.step if c.step >= 0 else None) for path, c in found.items()})
             stored += len(chunk) + len(ckpts)

@@ -32,6 +32,7 @@ from jobspec.torchrun_args import launcher_flags, trainer_program, verbatim
 from torchyard.sinks.factory import MLFLOW_URI_ENV
 from worker import venvs, workdir
 from worker.sandbox.processes import JOB_MARK, NODE_MARK
+from worker.wandb_env import wandb_defaults
 
 log = logging.getLogger(__name__)
 
@@ -151,8 +152,8 @@ def torchrun_env(job_id: str, attempt: int, run_dir: Path, settings: Settings,
     AWS_* variables under an object store), the job's allow-listed ``env`` and its decrypted ``secrets`` (both
     checked again here: the policy may have tightened since the job was accepted), ``PYTHONSAFEPATH=1`` (a
     script's working directory goes on sys.path as its code root, through the bootstrap; the run directory never
-    does), and for script jobs
-    the code root and ``resume_from`` (a retried job's inherited checkpoint) for the SDK's resume_path().
+    does), and for script jobs the code root, wandb's offline mode unless the job brought a key
+    (worker/wandb_env.py) and ``resume_from`` (a retried job's inherited checkpoint) for the SDK's resume_path().
     The worker's own variables always win."""
     hidden = SERVICE_PREFIXES + (STORE_CREDENTIAL_PREFIXES if settings.storage_url else ())
     env = {k: v for k, v in os.environ.items() if not k.startswith(hidden) or k in RANK_PASSTHROUGH}
@@ -170,6 +171,7 @@ def torchrun_env(job_id: str, attempt: int, run_dir: Path, settings: Settings,
         env.update(venvs.env_vars(settings, spec.requirements, os.environ.get("PATH", os.defpath)))
         if resume_from:
             env[RESUME_FROM_ENV] = resume_from
+        env.update(wandb_defaults(env))
     env.update({
         JOB_MARK: job_id,
         "TORCHYARD_ATTEMPT": str(attempt),

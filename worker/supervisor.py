@@ -119,7 +119,7 @@ class Supervisor:
                 # placement) reading `cancelled` must find nothing of the job still running.
                 self._end_identity()
                 return verdict_record.record(self.lease, job, verdict, events=self.intake.tail.path,
-                                             resumed_step=self.resumed_step, unreadable=self.intake.found.tensorboard.unreadable)
+                                             resumed_step=self.resumed_step, unreadable=self.intake.found.metrics.unreadable)
             except (Fenced, SQLAlchemyError) as exc:
                 if isinstance(exc, Fenced):
                     log.warning("%s; stopping this attempt's processes", exc, extra=self.log_extra)

@@ -48,6 +48,24 @@ NANOGPT_TRAIN = textwrap.dedent('''
 ''')
 
 
+# A LightningModule the Lightning scripts share; each script defines ``pace(global_step)``, called every step.
+LIGHTNING_REGRESSION = textwrap.dedent('''
+    class Regression(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Linear(8, 1)
+
+        def training_step(self, batch, batch_idx):
+            x, y = batch
+            loss = torch.nn.functional.mse_loss(self.layer(x), y)
+            self.log("train_loss", loss)
+            pace(self.global_step)
+            return loss
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.05)
+''')
+
 def ranks_path(*modules: ModuleType) -> str:
     """PYTHONPATH for the worker's ranks: torchyard, then where each framework is installed."""
     sites = [str(Path(m.__file__ or "").resolve().parents[m.__name__.count(".") + 1]) for m in modules]

@@ -10,7 +10,7 @@ import textwrap
 import pytest
 
 from tests.helpers import Services
-from tests.worker.frameworks import checkpoints, killed_and_resumed, killed_and_resumed_logs, ranks_path
+from tests.worker.frameworks import LIGHTNING_REGRESSION, checkpoints, killed_and_resumed, killed_and_resumed_logs, ranks_path
 
 pytestmark = pytest.mark.slow
 
@@ -22,24 +22,12 @@ SCRIPT = textwrap.dedent('''
     from lightning.pytorch.callbacks import ModelCheckpoint
     from lightning.pytorch.loggers import TensorBoardLogger
 
-    class Regression(L.LightningModule):
-        def __init__(self):
-            super().__init__()
-            self.layer = torch.nn.Linear(8, 1)
-
-        def training_step(self, batch, batch_idx):
-            x, y = batch
-            loss = torch.nn.functional.mse_loss(self.layer(x), y)
-            self.log("train_loss", loss)
-            # The test kills the first attempt once step 8's checkpoint is listed: slower from there, so the kill
-            # lands mid-job on a loaded machine (0.15 s a step left 2.4 s).
-            first = os.environ.get("TORCHYARD_ATTEMPT") == "1" and self.global_step >= 8
-            time.sleep(1.0 if first else 0.15)
-            return loss
-
-        def configure_optimizers(self):
-            return torch.optim.SGD(self.parameters(), lr=0.05)
-
+    def pace(global_step):
+        # The test kills the first attempt once step 8's checkpoint is listed: slower from there, so the kill
+        # lands mid-job on a loaded machine (0.15 s a step left 2.4 s).
+        first = os.environ.get("TORCHYARD_ATTEMPT") == "1" and global_step >= 8
+        time.sleep(1.0 if first else 0.15)
+''') + LIGHTNING_REGRESSION + textwrap.dedent('''
     parser = argparse.ArgumentParser()
     parser.add_argument("--epochs", type=int, default=6)
     parser.add_argument("--ckpt_path", default=None)

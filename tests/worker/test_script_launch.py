@@ -264,6 +264,19 @@ def test_rank_env_has_the_job_env_and_secrets_but_no_service_settings(code: Path
     assert catalog_env["PYTHONSAFEPATH"] == "1"
 
 
+def test_a_script_given_no_wandb_key_runs_wandb_offline(code: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("WANDB_MODE", "WANDB_API_KEY", "WANDB_DISABLED"):
+        monkeypatch.delenv(name, raising=False)
+    settings = Settings(code_dir=code, data_dir=tmp_path / "data", runs_dir=tmp_path / "runs")
+    run_dir = tmp_path / "runs" / "j1"
+    assert torchrun_env("j1", 1, run_dir, settings, script())["WANDB_MODE"] == "offline"
+    # A key in the job's secrets, a mode of its own, or a key the operator gave the workers: wandb runs as they say.
+    assert "WANDB_MODE" not in torchrun_env("j1", 1, run_dir, settings, script(), secrets={"WANDB_API_KEY": "k"})
+    assert torchrun_env("j1", 1, run_dir, settings, script(env={"WANDB_MODE": "online"}))["WANDB_MODE"] == "online"
+    monkeypatch.setenv("WANDB_API_KEY", "operator's")
+    assert "WANDB_MODE" not in torchrun_env("j1", 1, run_dir, settings, script())
+
+
 def test_a_job_with_requirements_runs_in_its_environment_whatever_its_env_says(code: Path, tmp_path: Path,
                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", "/usr/bin:/bin")

@@ -1,0 +1,144 @@
+"""The files a job wrote by itself in its run directory, followed by the metric tails (worker/tb_tail.py,
+worker/wandb_tail.py): one walk, the same directories skipped, the files it was uploaded with set apart, and
+what one read found held until it is stored."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Generic, TypeVar
+
+from jobs.code_bundles.files import CODE_DIR_NAME
+from jobs.reads.workdir_files import WORKDIR_NAME, Uploaded, read_manifest
+
+log = logging.getLogger(__name__)
+
+S = TypeVar("S")
+
+# Never walked: the SDK's own mirror, logs, environments and caches a job may keep in its tree.
+SKIP_DIRS = frozenset({"logs", ".git", ".venv", "venv", "site-packages", "__pycache__", "node_modules", ".cache"})
+OWN_MIRROR = Path("artifacts") / "tensorboard"
+# Not the job's output: the SDK's own mirror, and the unpacked upload (read-only to the job).
+SKIP_PATHS = frozenset({OWN_MIRROR, Path(CODE_DIR_NAME)})
+MAX_FILES = 256  # files followed per job and kind; a job writing more gets the first ones found
+MAX_WALK = 20_000  # directory entries looked at per scan
+RESCAN_S = 2.0  # how often the tree is walked for new files; known files are read every tick
+MAX_NAME = 128  # the metrics table's name column
+MAX_STEP = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class Point:
+    name: str
+    step: int
+    value: float
+    time: float
+
+
+def find_files(root: Path, match: Callable[[str], bool], limit: int = MAX_FILES) -> list[Path]:
+    """Files under ``root`` whose name ``match``es, breadth-first in name order, without following links."""
+    found: list[Path] = []
+    seen = 0
+    pending = [root]
+    while pending and len(found) < limit and seen < MAX_WALK:
+        here = pending.pop(0)
+        try:
+            entries = sorted(os.scandir(here), key=lambda e: e.name)
+        except OSError:
+            continue
+        for entry in entries:
+            seen += 1
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    rel = Path(entry.path).relative_to(root)
+                    if entry.name not in SKIP_DIRS and rel not in SKIP_PATHS:
+                        pending.append(Path(entry.path))
+                elif match(entry.name) and entry.is_file(follow_symlinks=False):
+                    found.append(Path(entry.path))
+            except OSError:
+                continue
+            if len(found) >= limit:
+                break
+    return found
+
+
+class UploadedFiles:
+    """The files of the job's upload, as uploaded: an old local run's event or run files there are not this job's."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self._uploaded: Uploaded = {}
+
+    def unchanged(self, path: Path) -> bool:
+        try:
+            relative = path.relative_to(self.root / WORKDIR_NAME).as_posix()
+            st = os.lstat(path)
+        except (ValueError, OSError):
+            return False
+        if not self._uploaded:
+            self._uploaded = read_manifest(self.root)  # written once, before the ranks start
+        return self._uploaded.get(relative) == (st.st_size, st.st_mtime_ns)
+
+
+class FileTail(Generic[S]):
+    """Follows the files of one kind under ``root`` (what ``matches`` names, each opened once into a state ``S``);
+    ``read`` returns the points written since the last acknowledged read, ``ack`` confirms they are stored, so a
+    database blip re-offers the same points instead of losing them."""
+
+    def __init__(self, root: Path, rescan_s: float = RESCAN_S):
+        self.root = root
+        self.rescan_s = rescan_s
+        self.files: dict[Path, S] = {}
+        self.pending: list[Point] = []
+        self.available = True
+        self.unreadable: str | None = None  # what the job's status says when such files exist but cannot be read
+        self._next_scan = 0.0
+        self._uploaded = UploadedFiles(root)
+
+    def matches(self, name: str) -> bool:
+        raise NotImplementedError
+
+    def open(self, path: Path) -> S:
+        """The reading state of a new file; ImportError when this worker lacks what reads it."""
+        raise NotImplementedError
+
+    def new_points(self, path: Path, state: S) -> list[Point]:
+        """What ``path`` holds since the last call; a damaged file logs and returns what it could read."""
+        raise NotImplementedError
+
+    def missing(self, path: Path, exc: ImportError) -> str:
+        """The warning a job's status carries when the worker cannot read its files."""
+        return f"warning: this worker cannot read {path.relative_to(self.root)} ({exc})"
+
+    def _scan(self) -> None:
+        for path in find_files(self.root, self.matches):
+            if path in self.files or len(self.files) >= MAX_FILES or self._uploaded.unchanged(path):
+                continue
+            try:
+                self.files[path] = self.open(path)
+            except ImportError as exc:
+                log.warning("cannot read %s: %s", path, exc)
+                self.available, self.unreadable = False, self.missing(path, exc)
+                return
+            except Exception as exc:  # noqa: BLE001 - an unreadable file is skipped, the job goes on
+                log.warning("cannot open %s: %s", path, exc)
+
+    def read(self, force_scan: bool = False) -> list[Point]:
+        """Points written since the last acknowledged read (the unacknowledged ones again first)."""
+        if not self.available or not self.root.is_dir():
+            return list(self.pending)
+        now = time.monotonic()
+        if force_scan or now >= self._next_scan:
+            self._scan()
+            self._next_scan = now + self.rescan_s
+        for path, state in self.files.items():
+            self.pending.extend(self.new_points(path, state))
+        return list(self.pending)
+
+    def ack(self, count: int) -> None:
+        """The first ``count`` points of the last read are stored."""
+        del self.pending[:count]
