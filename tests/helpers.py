@@ -230,3 +230,23 @@ def interpreter_reach(exclusive: bool) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def session_with_job(settings: Settings, run_dir: Path) -> Iterator[tuple[Any, Any]]:
+    """A database session and a new job row whose run directory is ``run_dir``."""
+    from sqlmodel import Session
+
+    from jobs.store.db import get_engine
+    from jobs.store.models import Job
+
+    with Session(get_engine(settings.database_url), expire_on_commit=False) as session:
+        job = Job(owner="admin", name="t", spec={}, run_dir=str(run_dir))
+        session.add(job)
+        session.commit()
+        yield session, job
+
+
+def plain_db(fn: Callable[[], Any], what: str) -> Any:
+    """The supervisor's retrying database wrapper (Lease.db), as a plain call."""
+    return fn()

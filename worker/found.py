@@ -13,6 +13,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
+from sqlalchemy.exc import DataError, IntegrityError
 from sqlmodel import Session
 
 from jobs.settings import Settings
@@ -123,11 +124,19 @@ class Found:
             def store(after: int = self.seq, chunk: list[FoundPoint] = chunk, ckpts: list[FoundCheckpoint] = ckpts) -> int:
                 return ingest_found(session, job_id, after, chunk, ckpts, guard=guard)
 
-            self.seq = db(store, "storing found metrics and checkpoints")
+            try:
+                self.seq = db(store, "storing found metrics and checkpoints")
+            except (DataError, IntegrityError) as exc:
+                # A job's own files are its input: a batch SQL refuses for what it holds is dropped and logged, and the
+                # attempt goes on (it used to end the node's task, and the job with it, on its lease).
+                session.rollback()
+                log.warning("job %s: %d found metric points and %d checkpoints not stored: %s", job_id, len(chunk),
+                            len(ckpts), exc.orig if exc.orig is not None else exc)
+            else:
+                stored += len(chunk) + len(ckpts)
             self.metrics.ack(len(chunk))
-            if ckpts:
+            if ckpts:  # not offered again either way: a refused one would be refused at every tick
                 self.stored.update({path: (c.mtime, c.step if c.step >= 0 else None) for path, c in found.items()})
-            stored += len(chunk) + len(ckpts)
         return stored
 
 

@@ -28,7 +28,6 @@ MAX_FILES = 256  # files followed per job and kind; a job writing more gets the 
 MAX_WALK = 20_000  # directory entries looked at per scan
 RESCAN_S = 2.0  # how often the tree is walked for new files; known files are read every tick
 MAX_NAME = 128  # the metrics table's name column
-MAX_STEP = 2**31 - 1
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from worker.run_files import MAX_NAME, MAX_STEP, FileTail, Point
+from jobs.store.ingest_found import MAX_STEP
+from worker.run_files import MAX_NAME, FileTail, Point
 
 log = logging.getLogger(__name__)
 

@@ -28,7 +28,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from worker.run_files import MAX_NAME, MAX_STEP, FileTail, Point
+from jobs.store.ingest_found import MAX_STEP
+from worker.run_files import MAX_NAME, FileTail, Point
 
 log = logging.getLogger(__name__)
 

@@ -10,6 +10,8 @@ follower sees the resume, not the history again); one with another value (the re
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -22,6 +24,7 @@ from jobs.store.ingest import Fenced, _upsert
 from jobs.store.models import Checkpoint, Job, MetricPoint
 
 FOUND_BASE = 2**30  # seq columns are 32-bit in SQL; a trainer never writes a billion events
+MAX_STEP = 2**31 - 1  # job_metrics.step and job_checkpoints.step are INTEGER
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,19 @@ class FoundCheckpoint:
     path: str  # relative to the run directory
     mtime: float
     details: dict[str, Any] = field(default_factory=dict)
+
+
+def storable(points: Sequence[FoundPoint], checkpoints: Sequence[FoundCheckpoint],
+             now: float | None = None) -> tuple[list[FoundPoint], list[FoundCheckpoint]]:
+    """What SQL can hold of what a job's own files say (pure). A NaN or infinite value (a diverged loss) is a gap in
+    its curve, as the SDK's are: neither the column nor JSON holds one. A point at a step beyond the INTEGER column, or
+    named with a NUL (which PostgreSQL text refuses), is left out; a time that is no finite number is the time read.
+    A checkpoint whose file names a step beyond the column (a millisecond timestamp) is one of unknown step."""
+    read_at = time.time() if now is None else now
+    kept = [p if math.isfinite(p.time) else FoundPoint(p.name, p.step, p.value, read_at) for p in points
+            if math.isfinite(p.value) and 0 <= p.step <= MAX_STEP and "\x00" not in p.name]
+    ckpts = [c if c.step <= MAX_STEP else FoundCheckpoint(-1, c.path, c.mtime, c.details) for c in checkpoints]
+    return kept, ckpts
 
 
 def last_found_seq(session: Session, job_id: str) -> int:
@@ -66,7 +82,9 @@ def _changed(session: Session, job_id: str, points: Sequence[FoundPoint]) -> lis
 def ingest_found(session: Session, job_id: str, after_seq: int, points: Sequence[FoundPoint],
                  checkpoints: Sequence[FoundCheckpoint] = (), guard: list[Any] | None = None) -> int:
     """Store ``points`` and ``checkpoints`` with seqs after ``after_seq``; returns the last seq used. Commits.
-    One seq per step, so the feed sends one metric message per step. Fenced as ``ingest_events``."""
+    One seq per step, so the feed sends one metric message per step. Fenced as ``ingest_events``. What the job's
+    files say is kept to what SQL can hold first (``storable``)."""
+    points, checkpoints = storable(points, checkpoints)
     points = _changed(session, job_id, points)
     if not points and not checkpoints:
         return after_seq

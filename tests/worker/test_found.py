@@ -5,15 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import sqlalchemy as sa
-from sqlmodel import Session
 from torch.utils.tensorboard import SummaryWriter
 
 from jobs.reads import feed
 from jobs.settings import Settings
-from jobs.store.db import get_engine
 from jobs.store.ingest import ingest_events
 from jobs.store.ingest_found import FOUND_BASE, FoundPoint, ingest_found
 from jobs.store.models import Job, MetricPoint
+from tests.helpers import plain_db, session_with_job
 from worker.found import Found
 from worker.tb_tail import TensorBoardTail
 
@@ -55,18 +54,11 @@ def test_a_half_written_record_waits_for_the_rest(tmp_path: Path) -> None:
 
 
 def test_found_metrics_are_stored_with_their_own_seqs_and_leave_the_sdk_alone(settings: Settings, tmp_path: Path) -> None:
-    engine = get_engine(settings.database_url)
-    with Session(engine, expire_on_commit=False) as session:
-        job = Job(owner="admin", name="t", spec={}, run_dir=str(tmp_path))
-        session.add(job)
-        session.commit()
+    with session_with_job(settings, tmp_path) as (session, job):
         found = Found(tmp_path)
         _write(tmp_path / "tb", "acc", range(1, 4), scale=0.25)
 
-        def db(fn, what):  # noqa: ANN001, ANN202 - the supervisor's retrying wrapper, here a plain call
-            return fn()
-
-        assert found.ingest(session, job.id, [], db, batch=2, final=True) == 3
+        assert found.ingest(session, job.id, [], plain_db, batch=2, final=True) == 3
         # The SDK's own events still count from 1: the found rows never moved its high-water mark.
         sdk = [{"seq": 1, "time": 1.0, "type": "metric", "step": 1, "values": {"loss": 2.0}}]
         assert ingest_events(session, job.id, sdk) == 1
@@ -78,17 +70,13 @@ def test_found_metrics_are_stored_with_their_own_seqs_and_leave_the_sdk_alone(se
         assert fresh.latest_metrics == {"acc": 0.75, "loss": 2.0}
         # A later attempt reads the files from their start: what is stored already gets no new seq.
         again = Found(tmp_path)
-        assert again.ingest(session, job.id, [], db, batch=500, final=True) == 3
+        assert again.ingest(session, job.id, [], plain_db, batch=500, final=True) == 3
         assert session.exec(sa.select(sa.func.count()).select_from(MetricPoint).where(MetricPoint.job_id == job.id)).scalar_one() == 4
         assert again.seq == FOUND_BASE + 3
 
 
 def test_the_event_feed_sends_sdk_and_found_rows_and_resumes_from_either(settings: Settings, tmp_path: Path) -> None:
-    engine = get_engine(settings.database_url)
-    with Session(engine, expire_on_commit=False) as session:
-        job = Job(owner="admin", name="t", spec={}, run_dir=str(tmp_path))
-        session.add(job)
-        session.commit()
+    with session_with_job(settings, tmp_path) as (session, job):
         sdk = [{"seq": s, "time": float(s), "type": "metric", "step": s, "values": {"loss": 1.0 / s}} for s in (1, 2)]
         ingest_events(session, job.id, sdk)
         ingest_found(session, job.id, FOUND_BASE, [FoundPoint("acc", 7, 0.5, 3.0)])
@@ -113,22 +101,15 @@ def test_the_unpacked_upload_is_not_the_jobs_output(tmp_path: Path) -> None:
 def test_a_follower_sees_the_resume_after_a_requeue_not_the_history_again(settings: Settings, tmp_path: Path) -> None:
     """What ``torchyard submit/watch --follow`` is sent across a requeue of a script whose metrics are read from its
     TensorBoard files: the new attempt reads every file from its start, and only the resumed steps reach the feed."""
-    engine = get_engine(settings.database_url)
-    with Session(engine, expire_on_commit=False) as session:
-        job = Job(owner="admin", name="t", spec={}, run_dir=str(tmp_path))
-        session.add(job)
-        session.commit()
-
-        def db(fn, what):  # noqa: ANN001, ANN202 - the supervisor's retrying wrapper, here a plain call
-            return fn()
+    with session_with_job(settings, tmp_path) as (session, job):
 
         _write(tmp_path / "lightning_logs" / "version_1", "train_loss", range(10, 60, 10))  # attempt 1: steps 10..50
-        Found(tmp_path).ingest(session, job.id, [], db, batch=500, final=True)
+        Found(tmp_path).ingest(session, job.id, [], plain_db, batch=500, final=True)
         seen = feed.poll(session, job.id, feed.Cursor())
         assert [m.data["step"] for m in seen.messages if m.event == "metric"] == [10, 20, 30, 40, 50]
         # Requeued; attempt 2 resumes from its checkpoint at step 30 and logs 40, 50, 60 into a new file.
         _write(tmp_path / "lightning_logs" / "version_2", "train_loss", range(40, 70, 10), scale=0.5)
-        Found(tmp_path).ingest(session, job.id, [], db, batch=500, final=True)
+        Found(tmp_path).ingest(session, job.id, [], plain_db, batch=500, final=True)
         resumed = feed.poll(session, job.id, seen.cursor)
         assert [(m.data["step"], m.data["values"]["train_loss"]) for m in resumed.messages if m.event == "metric"] == [
             (40, 20.0), (50, 25.0), (60, 30.0)]

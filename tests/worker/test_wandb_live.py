@@ -1,6 +1,6 @@
 """Scripts that log to Weights & Biases, unchanged, as 2-rank CPU script jobs given no W&B key: ``wandb.init()``
 would fail without one ("No API key configured"); the job runs it offline, its logged values are the job's
-metrics, and the offline run is in its artifacts for ``wandb sync``. A plain ``wandb.init``/``wandb.log`` DDP
+metrics (one that diverged a gap), and the offline run is in its artifacts for ``wandb sync``. A plain ``wandb.init``/``wandb.log`` DDP
 script, and Lightning's WandbLogger, whose values are at Lightning's own global step (its ``define_metric``)."""
 
 from __future__ import annotations
@@ -41,7 +41,8 @@ PLAIN = textwrap.dedent('''
         optimizer.step()
         losses.append(loss.item())
         if rank == 0:
-            wandb.log({"train/loss": loss.item(), "lr": 0.1})
+            # A value that diverged for a step is a gap in its curve; the job and its other values go on.
+            wandb.log({"train/loss": loss.item(), "lr": 0.1, "scale": float("nan") if step == 5 else 1.0})
     if rank == 0:
         wandb.finish()
         with open("losses.json", "w") as f:
@@ -103,6 +104,7 @@ def test_scripts_logging_to_wandb_run_offline_and_their_values_are_the_jobs_metr
         assert points(client, plain["id"], "train/loss") == pytest.approx(list(enumerate(logged)))
         assert logged[-1] < logged[0] / 10
         assert points(client, plain["id"], "lr") == [(step, 0.1) for step in range(20)]
+        assert points(client, plain["id"], "scale") == [(step, 1.0) for step in range(20) if step != 5]
         listed = [i["path"] for i in client.get(f"/v1/jobs/{plain['id']}/artifacts").json()["items"]]
         (run_file,) = [p for p in listed if p.startswith("workdir/wandb/offline-run-") and p.endswith(".wandb")]
         got = client.get(f"/v1/jobs/{plain['id']}/artifacts/{run_file}")
