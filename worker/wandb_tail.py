@@ -21,6 +21,7 @@ import fnmatch
 import json
 import logging
 import math
+import os
 import struct
 import time
 import zlib
@@ -39,6 +40,7 @@ BLOCK = 32 * 1024
 CHUNK_HEADER = struct.Struct("<IHB")  # crc32, length, type
 FULL, FIRST, MIDDLE, LAST = 1, 2, 3, 4
 MAX_READ = 4 * 1024 * 1024  # bytes read from one file per tick; the rest waits for the next
+MAX_RECORD = 64 * 1024 * 1024  # a record longer is no history row wandb writes: the file is read no further
 
 # Field numbers of wandb_internal.proto.
 RECORD_HISTORY, RECORD_METRIC = 2, 12
@@ -205,18 +207,32 @@ class _Run:
         self.offset = 0  # before the file header is checked
         self.steps = StepMetrics()
         self.broken = False
+        self.window = MAX_READ  # grows while one record is longer than it
+        self.size_read = -1  # the file's size at the last read: an unchanged file is not read again
 
     def read(self, path: Path) -> list[Point]:
         with path.open("rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size == self.size_read:
+                return []
             f.seek(self.offset)
-            data = f.read(MAX_READ)
+            data = f.read(self.window)
         if self.offset == 0:
             if len(data) < len(FILE_HEADER):
                 return []
             if not data.startswith(FILE_HEADER):
                 raise CorruptRun("not a wandb run file (its header differs)")
             self.offset, data = len(FILE_HEADER), data[len(FILE_HEADER):]
-        found, self.offset = records(data, self.offset)
+        start = self.offset
+        found, self.offset = records(data, start)
+        if not found and len(data) >= self.window:  # one record longer than the window: a wider one next time
+            self.window *= 2
+            if self.window > MAX_RECORD:
+                raise CorruptRun(f"a record over {MAX_RECORD >> 20} MiB at byte {start}")
+            return []
+        self.window = MAX_READ
+        if self.offset >= size:
+            self.size_read = size  # all of it read; until it grows there is nothing new
         points: list[Point] = []
         for record in found:
             for number, value in fields(record):

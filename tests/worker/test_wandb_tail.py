@@ -144,3 +144,51 @@ def test_a_job_without_a_key_runs_wandb_offline_and_a_choice_of_its_own_stays() 
     assert wandb_defaults({"APP_X": "1", "WANDB_PROJECT": "p"}) == {"WANDB_MODE": "offline"}
     for chosen in ({"WANDB_API_KEY": "k"}, {"WANDB_MODE": "disabled"}, {"WANDB_DISABLED": "true"}):
         assert wandb_defaults(chosen) == {}
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        out.append(value & 0x7F | (0x80 if value > 0x7F else 0))
+        value >>= 7
+        if not value:
+            return bytes(out)
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+
+
+def _history(name: str, value: str, step: int) -> bytes:
+    """A Record holding one history row, as wandb_internal.proto numbers it."""
+    item = _field(2, name.encode()) + _field(16, value.encode())
+    return _field(2, _field(1, item) + _field(2, _varint(1 << 3) + _varint(step)))
+
+
+def _read_and_ack(tail: WandbTail) -> list:
+    got = tail.read()
+    tail.ack(len(got))
+    return got
+
+
+def test_a_record_longer_than_one_read_is_read_and_one_too_long_stops_only_its_file(tmp_path: Path,
+                                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from worker import wandb_tail
+
+    long_record = _field(13, b"x" * (wandb_tail.MAX_READ + BLOCK))  # output_raw: not a metric, longer than a read
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "run-a.wandb").write_bytes(frame([long_record, _history("loss", "0.5", 7)]))
+    tail = WandbTail(tmp_path)
+    got = [p for _ in range(4) for p in _read_and_ack(tail)]  # the window widens until the record fits
+    assert [(p.name, p.step, p.value) for p in got] == [("loss", 7, 0.5)]
+    assert not tail.files[tmp_path / "a" / "run-a.wandb"].broken
+
+    monkeypatch.setattr(wandb_tail, "MAX_RECORD", 2 * wandb_tail.MAX_READ)
+    (tmp_path / "b").mkdir()
+    huge = _field(13, b"y" * (3 * wandb_tail.MAX_READ))
+    (tmp_path / "b" / "run-b.wandb").write_bytes(frame([huge, _history("acc", "0.9", 1)]))
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "run-c.wandb").write_bytes(frame([_history("acc", "0.8", 2)]))
+    fresh = WandbTail(tmp_path / "b"), WandbTail(tmp_path / "c")
+    assert [p for _ in range(4) for p in _read_and_ack(fresh[0])] == [] and next(iter(fresh[0].files.values())).broken
+    assert [(p.name, p.step) for p in fresh[1].read()] == [("acc", 2)]
