@@ -1,7 +1,7 @@
-"""What a job wrote without the SDK, found in its run directory each supervisor tick: TensorBoard and
-Weights & Biases scalars (worker/tb_tail.py, worker/wandb_tail.py) and framework checkpoints (worker/checkpoints_found.py), stored through
-jobs/store/ingest_found.py. Nothing here is required of the job: a script that writes none of it costs one
-directory walk every few seconds."""
+"""What a job wrote without the SDK, found in its run directory each supervisor tick: TensorBoard, Weights & Biases
+and MLflow scalars (worker/tb_tail.py, worker/wandb_tail.py, worker/mlflow_tail.py) and framework checkpoints
+(worker/checkpoints_found.py), stored through jobs/store/ingest_found.py. Nothing here is required of the job: a
+script that writes none of it costs one directory walk every few seconds."""
 
 from __future__ import annotations
 
@@ -21,7 +21,8 @@ from jobs.store.ingest_found import FoundCheckpoint, FoundPoint, ingest_found, l
 from jobspec.resume_args import render
 from jobspec.spec import AnySpec, ScriptJobSpec
 from worker import checkpoints_found, step_inside, workdir
-from worker.run_files import RESCAN_S, Point
+from worker.mlflow_tail import MlflowTail
+from worker.run_files import RESCAN_S, FileTail, Point
 from worker.tb_tail import TensorBoardTail
 from worker.wandb_tail import WandbTail
 
@@ -31,11 +32,12 @@ T = TypeVar("T")
 
 
 class MetricTails:
-    """The tails of the metric files a job writes (TensorBoard's, W&B's), read as one: ``ack`` confirms the points of
+    """The tails of the metric files a job writes (TensorBoard's, W&B's, MLflow's), read as one: ``ack`` confirms the points of
     the last ``read`` in the order it returned them."""
 
     def __init__(self, run_dir: Path, rescan_s: float):
-        self.tails: tuple[TensorBoardTail | WandbTail, ...] = (TensorBoardTail(run_dir, rescan_s), WandbTail(run_dir, rescan_s))
+        self.tails: tuple[FileTail, ...] = (TensorBoardTail(run_dir, rescan_s), WandbTail(run_dir, rescan_s),
+                                            MlflowTail(run_dir, rescan_s))
         self._unacked = [0] * len(self.tails)
 
     @property

@@ -15,6 +15,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from jobs.reads.artifacts import open_under
 from jobs.store.ingest_found import MAX_STEP
 from worker.run_files import MAX_NAME, FileTail, Point
 
@@ -49,10 +50,13 @@ def scalars(event: Any, plugins: dict[str, str]) -> list[Point]:
 
 
 class _File:
-    def __init__(self, path: Path):
+    def __init__(self, root: Path, path: Path):
         from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 
-        self.loader = EventFileLoader(str(path))
+        # Opened here without following a link, and read by the loader through this descriptor: a link the job puts
+        # in the file's place later is never followed (the loader opens paths itself).
+        self.handle = open_under(root, path.relative_to(root).as_posix())
+        self.loader = EventFileLoader(f"/proc/self/fd/{self.handle.fileno()}")
         self.plugins: dict[str, str] = {}
 
 
@@ -63,7 +67,7 @@ class TensorBoardTail(FileTail[_File]):
         return EVENT_FILE_MARK in name
 
     def open(self, path: Path) -> _File:
-        return _File(path)
+        return _File(self.root, path)
 
     def missing(self, path: Path, exc: ImportError) -> str:
         return (f"warning: the job wrote TensorBoard event files ({path.relative_to(self.root)}) but this worker cannot "

@@ -29,6 +29,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from jobs.reads.artifacts import open_under
 from jobs.store.ingest_found import MAX_STEP
 from worker.run_files import MAX_NAME, FileTail, Point
 
@@ -210,8 +211,8 @@ class _Run:
         self.window = MAX_READ  # grows while one record is longer than it
         self.size_read = -1  # the file's size at the last read: an unchanged file is not read again
 
-    def read(self, path: Path) -> list[Point]:
-        with path.open("rb") as f:
+    def read(self, root: Path, path: Path) -> list[Point]:
+        with open_under(root, path.relative_to(root).as_posix()) as f:  # a link the job swapped in is not followed
             size = os.fstat(f.fileno()).st_size
             if size == self.size_read:
                 return []
@@ -256,7 +257,7 @@ class WandbTail(FileTail[_Run]):
         if state.broken:
             return []
         try:
-            return state.read(path)
+            return state.read(self.root, path)
         except CorruptRun as exc:
             log.warning("wandb run file %s: %s; the rest of it is not read", path, exc)
             state.broken = True

@@ -72,6 +72,47 @@ def ranks_path(*modules: ModuleType) -> str:
     return os.pathsep.join(dict.fromkeys([str(ROOT), *sites]))
 
 
+def ddp_regression(tracker: str, begin: str, log: str, end: str, steps: int = 20) -> str:
+    """A plain 2-rank DDP regression script of ``steps`` steps that imports ``tracker`` and runs, on rank 0 only,
+    ``begin`` before its loop, ``log`` at each step (``step`` and ``loss`` in scope) and ``end`` after it; rank 0 then
+    writes every loss to losses.json."""
+    def block(code: str, indent: str) -> str:
+        return textwrap.indent(textwrap.dedent(code).strip(), indent)
+
+    return textwrap.dedent('''
+        import json
+        import torch
+        import torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        import {tracker}
+
+        dist.init_process_group("gloo")
+        rank = dist.get_rank()
+        torch.manual_seed(0)
+        model = DDP(torch.nn.Linear(8, 1))
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        x = torch.randn(64, 8, generator=torch.Generator().manual_seed(rank))
+        y = x.sum(dim=1, keepdim=True)
+        losses = []
+        if rank == 0:
+        {begin}
+        for step in range({steps}):
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+            if rank == 0:
+        {log}
+        if rank == 0:
+        {end}
+            with open("losses.json", "w") as f:
+                json.dump(losses, f)
+        dist.destroy_process_group()
+    ''').format(tracker=tracker, steps=steps, begin=block(begin, "    "), log=block(log, "        "),
+                 end=block(end, "    "))
+
+
 def rank_logs(run_dir: Path, attempt: int) -> str:
     return "\n".join(f.read_text(errors="replace") for f in sorted((run_dir / "logs" / f"attempt-{attempt}").rglob("*.log")))
 
@@ -113,6 +154,27 @@ def killed_and_resumed(services: Services, script: str, spec: dict[str, Any], sa
         assert_resumed_after_a_kill(job)
         assert job["transitions"][-1]["reason"] == "torchrun exited 0"  # one process group of 2: no warning
         yield client, job
+
+
+def submit_script(client: httpx.Client, name: str, entrypoint: str) -> str:
+    """A 2-rank script job of ``entrypoint`` in the code root; its id."""
+    created = client.post("/v1/jobs", json={"kind": "script", "name": name, "entrypoint": entrypoint,
+                                            "parallel": {"nproc_per_node": 2}})
+    assert created.status_code == 201, created.text
+    return created.json()["id"]
+
+
+def wait_succeeded(services: Services, client: httpx.Client, job_id: str) -> dict[str, Any]:
+    """The job once it has ended, asserted to have succeeded (its ranks' logs in the message when not)."""
+    job = services.wait_status(client, job_id, {"succeeded", "failed", "cancelled"}, timeout_s=600)
+    logs = rank_logs(Path(job["run_dir"]), job["attempt"]) if job.get("run_dir") else ""
+    assert job["status"] == "succeeded", (job["error"], logs[-3000:])
+    return job
+
+
+def metric_points(client: httpx.Client, job_id: str, name: str) -> list[tuple[int, float]]:
+    items = client.get(f"/v1/jobs/{job_id}/metrics", params={"name": name}).json()["items"]
+    return [(p["step"], p["value"]) for p in items]
 
 
 def archive_names(client: httpx.Client, job_id: str, step: int) -> list[str]:

@@ -12,43 +12,14 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import Services
-from tests.worker.frameworks import LIGHTNING_REGRESSION, rank_logs, ranks_path
+from tests.worker.frameworks import LIGHTNING_REGRESSION, ddp_regression, metric_points, ranks_path, submit_script, wait_succeeded
 
 pytestmark = pytest.mark.slow
 
-PLAIN = textwrap.dedent('''
-    import json, os
-    import torch
-    import torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel as DDP
-    import wandb
-
-    dist.init_process_group("gloo")
-    rank = dist.get_rank()
-    if rank == 0:
-        wandb.init(project="regression", config={"lr": 0.1, "steps": 20})
-    torch.manual_seed(0)
-    model = DDP(torch.nn.Linear(8, 1))
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    generator = torch.Generator().manual_seed(rank)
-    x = torch.randn(64, 8, generator=generator)
-    y = x.sum(dim=1, keepdim=True)
-    losses = []
-    for step in range(20):
-        loss = torch.nn.functional.mse_loss(model(x), y)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
-        if rank == 0:
-            # A value that diverged for a step is a gap in its curve; the job and its other values go on.
-            wandb.log({"train/loss": loss.item(), "lr": 0.1, "scale": float("nan") if step == 5 else 1.0})
-    if rank == 0:
-        wandb.finish()
-        with open("losses.json", "w") as f:
-            json.dump(losses, f)
-    dist.destroy_process_group()
-''')
+PLAIN = ddp_regression("wandb", begin='wandb.init(project="regression", config={"lr": 0.1, "steps": 20})', log='''
+    # A value that diverged for a step is a gap in its curve; the job and its other values go on.
+    wandb.log({"train/loss": loss.item(), "lr": 0.1, "scale": float("nan") if step == 5 else 1.0})
+''', end="wandb.finish()")
 
 LIGHTNING = textwrap.dedent('''
     import torch
@@ -73,11 +44,6 @@ def database_url(sqlite_url: str) -> str:
     return sqlite_url
 
 
-def points(client, job_id: str, name: str) -> list[tuple[int, float]]:  # noqa: ANN001 - an httpx.Client
-    items = client.get(f"/v1/jobs/{job_id}/metrics", params={"name": name}).json()["items"]
-    return [(p["step"], p["value"]) for p in items]
-
-
 def test_scripts_logging_to_wandb_run_offline_and_their_values_are_the_jobs_metrics(services: Services) -> None:
     wandb = pytest.importorskip("wandb")
     lightning = pytest.importorskip("lightning")
@@ -86,31 +52,22 @@ def test_scripts_logging_to_wandb_run_offline_and_their_values_are_the_jobs_metr
     services.start_api()
     services.start_worker(PYTHONPATH=ranks_path(wandb, lightning))
     with services.client() as client:
-        ids = {}
-        for name in ("plain", "lit"):
-            created = client.post("/v1/jobs", json={"kind": "script", "name": name, "entrypoint": f"{name}.py",
-                                                    "parallel": {"nproc_per_node": 2}})
-            assert created.status_code == 201, created.text
-            ids[name] = created.json()["id"]
-        jobs = {name: services.wait_status(client, job_id, {"succeeded", "failed", "cancelled"}, timeout_s=600)
-                for name, job_id in ids.items()}
-        for job in jobs.values():
-            logs = rank_logs(Path(job["run_dir"]), job["attempt"]) if job.get("run_dir") else ""
-            assert job["status"] == "succeeded", (job["error"], logs[-3000:])
+        ids = {name: submit_script(client, name, f"{name}.py") for name in ("plain", "lit")}
+        jobs = {name: wait_succeeded(services, client, job_id) for name, job_id in ids.items()}
 
         # Every value the script logged, at wandb's step, and the offline run in the artifacts.
         plain = jobs["plain"]
         logged = json.loads((Path(plain["run_dir"]) / "workdir" / "losses.json").read_text())
-        assert points(client, plain["id"], "train/loss") == pytest.approx(list(enumerate(logged)))
+        assert metric_points(client, plain["id"], "train/loss") == pytest.approx(list(enumerate(logged)))
         assert logged[-1] < logged[0] / 10
-        assert points(client, plain["id"], "lr") == [(step, 0.1) for step in range(20)]
-        assert points(client, plain["id"], "scale") == [(step, 1.0) for step in range(20) if step != 5]
+        assert metric_points(client, plain["id"], "lr") == [(step, 0.1) for step in range(20)]
+        assert metric_points(client, plain["id"], "scale") == [(step, 1.0) for step in range(20) if step != 5]
         listed = [i["path"] for i in client.get(f"/v1/jobs/{plain['id']}/artifacts").json()["items"]]
         (run_file,) = [p for p in listed if p.startswith("workdir/wandb/offline-run-") and p.endswith(".wandb")]
         got = client.get(f"/v1/jobs/{plain['id']}/artifacts/{run_file}")
         assert got.status_code == 200 and got.content.startswith(b":W&B")
 
         # Lightning logs every 2nd step at its global step (wandb's own counter would count the calls, 0..5).
-        lit = points(client, jobs["lit"]["id"], "train_loss")
+        lit = metric_points(client, jobs["lit"]["id"], "train_loss")
         assert [step for step, _ in lit] == list(range(1, LIGHTNING_STEPS, 2))
-        assert points(client, jobs["lit"]["id"], "epoch") == [(step, step // 4) for step in range(1, LIGHTNING_STEPS, 2)]
+        assert metric_points(client, jobs["lit"]["id"], "epoch") == [(step, step // 4) for step in range(1, LIGHTNING_STEPS, 2)]

@@ -105,6 +105,20 @@ def test_a_damaged_run_is_read_up_to_the_damage_and_others_go_on(run_file: Path,
     assert names.count("wide/k00000") == 1
 
 
+def test_a_run_file_swapped_for_a_link_to_another_jobs_is_not_read(run_file: Path, tmp_path: Path) -> None:
+    mine, other = tmp_path / "mine" / "workdir", tmp_path / "other" / "workdir"
+    mine.mkdir(parents=True)
+    other.mkdir(parents=True)
+    shutil.copy(run_file, other / "run-theirs.wandb")  # another job's metrics, readable by the worker
+    planted = mine / "run-mine.wandb"
+    planted.write_bytes(b"")  # found as a plain file, then a link to the other job's run in its place
+    tail = WandbTail(mine.parent)
+    assert tail.read() == [] and planted in tail.files
+    planted.unlink()
+    planted.symlink_to(other / "run-theirs.wandb")
+    assert tail.read() == []
+
+
 def frame(payloads: list[bytes]) -> bytes:
     """The LevelDB log framing wandb writes, after its header: each record cut into chunks at block ends."""
     out = bytearray(FILE_HEADER)

@@ -21,6 +21,7 @@ from pathlib import Path
 import psutil
 
 from jobs.settings import Settings
+from worker.sandbox.drop import drop_to, libc, no_new_privs
 
 log = logging.getLogger(__name__)
 
@@ -29,20 +30,6 @@ CAP_CHOWN, CAP_FOWNER, CAP_KILL, CAP_SETGID, CAP_SETUID = 0, 3, 5, 6, 7
 NEEDED_CAPS = {"CHOWN": CAP_CHOWN, "FOWNER": CAP_FOWNER, "KILL": CAP_KILL, "SETGID": CAP_SETGID, "SETUID": CAP_SETUID}
 
 _PR_SET_PDEATHSIG = 1
-_PR_SET_NO_NEW_PRIVS = 38
-_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
-_CAP_VERSION_3 = 0x20080522
-
-
-class _CapHeader(ctypes.Structure):
-    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
-
-
-class _CapData(ctypes.Structure):
-    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
-
-
-_libc = ctypes.CDLL(None, use_errno=True)
 
 
 @dataclass(frozen=True)
@@ -134,22 +121,6 @@ def isolation_mode(settings: Settings) -> Mode:
 # ------------------------------------------------------------------ becoming the job's uid (in a forked child)
 
 
-def _drop_to(uid: int, gid: int) -> None:
-    """This process becomes ``uid``/``gid`` with no groups and no capabilities. Raises OSError on any failure."""
-    os.setgroups([])
-    os.setresgid(gid, gid, gid)
-    os.setresuid(uid, uid, uid)
-    # From a non-root worker holding capabilities the kernel keeps them across setresuid: drop them all.
-    header, data = _CapHeader(_CAP_VERSION_3, 0), (_CapData * 2)()
-    if _libc.capset(ctypes.byref(header), data) != 0:
-        raise OSError(ctypes.get_errno(), "capset")
-    _libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
-    if _libc.capget(ctypes.byref(header), data) != 0 or any(d.effective or d.permitted or d.inheritable for d in data):
-        raise OSError(0, "capabilities survived the uid switch")
-    if os.getuid() != uid or os.geteuid() != uid or os.getgroups():
-        raise OSError(0, "uid switch incomplete")
-
-
 def job_preexec(identity: JobIdentity, parent_pid: int, death_signal: int) -> Callable[[], None]:
     """The child's last steps before exec. Order matters: the cgroup first (joining needs the worker's rights),
     then the uid, the umask, no new privileges (setuid binaries and file capabilities cannot elevate), and the
@@ -166,11 +137,10 @@ def job_preexec(identity: JobIdentity, parent_pid: int, death_signal: int) -> Ca
                     os.close(fd)
             except OSError:
                 pass  # killing by uid still ends it; the worker sees the cgroup empty and says so
-        _drop_to(identity.uid, identity.gid)
+        drop_to(identity.uid, identity.gid)
         os.umask(0o007)
-        if _libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
-            raise OSError(ctypes.get_errno(), "PR_SET_NO_NEW_PRIVS")
-        if _libc.prctl(_PR_SET_PDEATHSIG, death_signal, 0, 0, 0) != 0:
+        no_new_privs()
+        if libc.prctl(_PR_SET_PDEATHSIG, death_signal, 0, 0, 0) != 0:
             raise OSError(ctypes.get_errno(), "PR_SET_PDEATHSIG")
         if os.getppid() != parent_pid:  # the worker died between fork and prctl: nobody would ever signal us
             os._exit(1)
@@ -200,7 +170,7 @@ def _kill_all_of(uid: int) -> None:
     if pid == 0:  # pragma: no cover - the child only makes system calls and exits
         code = 0
         try:
-            _drop_to(uid, uid)
+            drop_to(uid, uid)
             os.kill(-1, signal.SIGKILL)
         except ProcessLookupError:
             code = 0  # nothing of that uid was left
