@@ -13,7 +13,8 @@
 
 Only complete ones count: nothing in them modified for SETTLE_S, newer than the job (an uploaded
 pretrained file is not the job's checkpoint), and a file ``torch.save`` wrote has its zip end record (a
-rank killed mid-save leaves a file that stops changing but is not whole).
+rank killed mid-save leaves a file that stops changing but is not whole). What is read of them is read as the metric
+files are (worker/run_files.py ``open_in``): a link swapped in is not followed, and a FIFO is no checkpoint.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from pathlib import Path
 
 from jobs.code_bundles.files import CODE_DIR_NAME
 from worker import step_inside
+from worker.run_files import open_in
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +41,7 @@ _STEP = re.compile(r"(?:^|[^a-z])step[=_-]?(\d{1,12})", re.IGNORECASE)
 _HF_DIR = re.compile(r"^checkpoint-(\d{1,12})$")
 _NUMBER = re.compile(r"(\d{1,12})")
 _ACCELERATE_MODEL = ("model.safetensors", "pytorch_model.bin", "optimizer.bin")
+MAX_TRAINER_STATE = 64 << 20  # its log_history grows with the run: a longer one is not JSON that ends, and names no step
 
 
 @dataclass(frozen=True)
@@ -75,11 +78,12 @@ def _newest(path: Path) -> float | None:
         return None
 
 
-def whole_zip(path: Path) -> bool:
+def whole_zip(root: Path, path: Path) -> bool:
     """False for a zip file (what ``torch.save`` writes) without its end record: cut off mid-write by a kill,
-    however long ago. A file in another format passes (nothing cheap to check)."""
+    however long ago. A file in another format passes (nothing cheap to check). Opened as every file of the job's
+    is (worker/run_files.py open_in): no link followed, a FIFO refused."""
     try:
-        with path.open("rb") as f:
+        with open_in(root, path) as f:
             if f.read(4) != b"PK\x03\x04":
                 return True
             size = f.seek(0, os.SEEK_END)
@@ -89,9 +93,10 @@ def whole_zip(path: Path) -> bool:
         return False
 
 
-def _hf_step(path: Path) -> int | None:
+def _hf_step(root: Path, path: Path) -> int | None:
     try:
-        step = json.loads((path / "trainer_state.json").read_text(encoding="utf-8")).get("global_step")
+        with open_in(root, path / "trainer_state.json") as f:
+            step = json.loads(f.read(MAX_TRAINER_STATE)).get("global_step")
     except (OSError, ValueError, AttributeError):
         return None
     return step if isinstance(step, int) and step >= 0 else None
@@ -139,7 +144,9 @@ def _globbed(root: Path, patterns: list[str]) -> list[tuple[Path, str]]:
     for pattern in patterns:
         try:
             for path in sorted(itertools.islice(root.glob(pattern), MAX_FOUND)):
-                if path.resolve().is_relative_to(real_root) and not path.is_symlink():
+                # A regular file or a directory: a FIFO or device the job put there is no checkpoint.
+                plain = not path.is_symlink() and (path.is_file() or path.is_dir())
+                if plain and path.resolve().is_relative_to(real_root):
                     found.append((path, "glob"))
         except (OSError, ValueError) as exc:
             log.warning("checkpoint.discover %r: %s", pattern, exc)
@@ -159,15 +166,15 @@ def discover(root: Path, patterns: list[str], now: float, since: float = 0.0, se
         if newest is None or newest > now - settle_s or newest < since:
             continue
         if kind == "huggingface":
-            step = _hf_step(path)
+            step = _hf_step(root, path)
             if step is None:
                 continue  # trainer_state.json is written last; unreadable, it is not there yet
         else:
-            if path.is_file() and not whole_zip(path):
+            if path.is_file() and not whole_zip(root, path):
                 continue
             step = step_from_name(path.name, kind)
             if step is None and path.is_file():
-                inside = step_inside.READER.step(path, wait=wait)
+                inside = step_inside.READER.step(root, path, wait=wait)
                 if inside is step_inside.PENDING:
                     continue
                 step = inside if isinstance(inside, int) else None

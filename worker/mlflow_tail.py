@@ -23,9 +23,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from jobs.reads.artifacts import open_under
 from jobs.store.ingest_found import MAX_STEP
-from worker.run_files import FileTail, Point
+from worker.run_files import FileTail, Point, open_in
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +92,7 @@ def snapshot(root: Path, path: Path, seen: tuple[int, int, bytes] | None) -> tup
     journal, wal = path.with_name(path.name + "-journal"), path.with_name(path.name + "-wal")
     if journal.exists() or (wal.exists() and wal.stat().st_size > 0):
         return None
-    with open_under(root, path.relative_to(root).as_posix()) as f:
+    with open_in(root, path) as f:
         st = os.fstat(f.fileno())
         if st.st_size > MAX_DB:
             raise NotReadable(f"larger than {MAX_DB >> 20} MiB")

@@ -10,9 +10,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Generic, TypeVar
+from typing import BinaryIO, Generic, TypeVar
 
 from jobs.code_bundles.files import CODE_DIR_NAME
+from jobs.reads.artifacts import open_under
 from jobs.reads.workdir_files import WORKDIR_NAME, Uploaded, read_manifest
 
 log = logging.getLogger(__name__)
@@ -36,6 +37,18 @@ class Point:
     step: int
     value: float
     time: float
+
+
+def open_in(root: Path, path: Path) -> BinaryIO:
+    """``path``, a file the job wrote under ``root``, opened for reading without following a link anywhere below
+    ``root`` and only when it is a regular file: a link the job swaps in after the worker found the file would
+    have it read another job's file as this one's, and a FIFO would block a plain open forever.
+    FileNotFoundError for anything refused."""
+    try:
+        relative = path.relative_to(root).as_posix()
+    except ValueError as exc:
+        raise FileNotFoundError(path) from exc
+    return open_under(root, relative)
 
 
 def find_files(root: Path, match: Callable[[str], bool], limit: int = MAX_FILES) -> list[Path]:

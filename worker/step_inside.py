@@ -4,11 +4,13 @@ Lightning's ``last.ckpt``): the first of STEP_KEYS that is a non-negative int wh
 The file is the job's, so it is read as untrusted, stricter than ``torch.load(weights_only=True)``: only the
 pickle of torch's zip format (``<name>/data.pkl``, at most MAX_PICKLE_BYTES; tensors' storages are never
 read) is unpickled, with every global it names replaced by an inert stand-in, so no code of the file's runs.
-Files over MAX_BYTES are not opened. The read is a stdlib-only child process (no torch import: that alone took
+Files over MAX_BYTES are not read. The read is a stdlib-only child process (no torch import: that alone took
 6 to 30 s on a loaded host, longer than a lease), killed after TIMEOUT_S, so a huge or hostile file costs one
-short-lived child and never stalls the worker. A file in torch's legacy (non-zip) format names no step here. Reads run on one background
-thread: a supervisor tick asks ``step(path)`` and gets PENDING until the answer is there (the checkpoint is
-listed on a later scan), and a caller that needs the answer now (a resume, the attempt's last scan) waits.
+short-lived child and never stalls the worker; the worker opens the file (no link followed, a FIFO refused) and
+hands the child that descriptor as its stdin, never the path. A file in torch's legacy (non-zip) format names
+no step here. Reads run on one background thread: a supervisor tick asks ``step(root, path)`` and gets PENDING
+until the answer is there (the checkpoint is listed on a later scan), and a caller that needs the answer now (a
+resume, the attempt's last scan) waits.
 Answers are cached by the file's path, size and mtime: a rewritten file is read again.
 """
 
@@ -16,12 +18,15 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import subprocess
 import sys
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Final
+
+from worker.run_files import open_in
 
 log = logging.getLogger(__name__)
 
@@ -51,8 +56,8 @@ class Reader(pickle.Unpickler):
     def persistent_load(self, pid):
         return None  # a tensor's storage: never read
 
-path, limit, keys = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
-with zipfile.ZipFile(path) as archive:
+limit, keys = int(sys.argv[1]), sys.argv[2:]
+with zipfile.ZipFile(open(0, "rb")) as archive:  # the file, opened by the worker, is this process's stdin
     (pkl,) = [i for i in archive.infolist() if i.filename.endswith("/data.pkl") and i.filename.count("/") == 1]
     if pkl.file_size > limit:
         sys.exit("data.pkl too large")
@@ -74,25 +79,28 @@ def step_in(data: Any) -> int | None:
     return None
 
 
-def read_step(path: Path, timeout_s: float = TIMEOUT_S, max_bytes: int = MAX_BYTES) -> int | None:
-    """The step inside ``path``, read in a child process; None when it names none, is too large, is not a
-    torch zip file, or takes longer than ``timeout_s``."""
+def read_step(root: Path, path: Path, timeout_s: float = TIMEOUT_S, max_bytes: int = MAX_BYTES) -> int | None:
+    """The step inside ``path`` (a file under ``root``), read in a child process; None when it names none, is too
+    large, is not a torch zip file, or takes longer than ``timeout_s``. The worker opens the file (no link followed, a
+    FIFO refused: worker/run_files.py open_in) and hands the child that descriptor, never the path."""
     try:
-        if path.stat().st_size > max_bytes:
-            log.info("%s is over %d bytes: its step is not read from inside", path, max_bytes)
-            return None
+        f = open_in(root, path)
     except OSError:
         return None
-    try:
-        # -I: nothing of the job's (its directory, PYTHONPATH, user site) is imported by the reader.
-        done = subprocess.run([sys.executable, "-I", "-c", _READER, str(path), str(MAX_PICKLE_BYTES), *STEP_KEYS], capture_output=True,
-                              timeout=timeout_s, stdin=subprocess.DEVNULL, check=False)
-    except subprocess.TimeoutExpired:
-        log.warning("reading the step inside %s took over %.0fs: left to the order of writing", path, timeout_s)
-        return None
-    except OSError as exc:
-        log.warning("could not start the reader of %s: %s", path, exc)
-        return None
+    with f:
+        if os.fstat(f.fileno()).st_size > max_bytes:
+            log.info("%s is over %d bytes: its step is not read from inside", path, max_bytes)
+            return None
+        try:
+            # -I: nothing of the job's (its directory, PYTHONPATH, user site) is imported by the reader.
+            done = subprocess.run([sys.executable, "-I", "-c", _READER, str(MAX_PICKLE_BYTES), *STEP_KEYS],
+                                  capture_output=True, timeout=timeout_s, stdin=f, check=False)
+        except subprocess.TimeoutExpired:
+            log.warning("reading the step inside %s took over %.0fs: left to the order of writing", path, timeout_s)
+            return None
+        except OSError as exc:
+            log.warning("could not start the reader of %s: %s", path, exc)
+            return None
     if done.returncode != 0:
         log.debug("no step inside %s: %s", path, done.stderr.decode(errors="replace")[-500:])
         return None
@@ -112,8 +120,9 @@ class StepReader:
         self._reads: dict[tuple[str, float, int], Future[int | None]] = {}
         self._pool: ThreadPoolExecutor | None = None
 
-    def step(self, path: Path, wait: bool = False) -> int | None | object:
-        """The step inside ``path`` (None: it names none); PENDING while it is being read, unless ``wait``."""
+    def step(self, root: Path, path: Path, wait: bool = False) -> int | None | object:
+        """The step inside ``path``, a file under ``root`` (None: it names none); PENDING while it is being read,
+        unless ``wait``."""
         try:
             st = path.stat()
         except OSError:
@@ -126,7 +135,7 @@ class StepReader:
                     self._reads = {k: f for k, f in self._reads.items() if not f.done()}
                 if self._pool is None:
                     self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="step-inside")
-                future = self._pool.submit(read_step, path, self.timeout_s, self.max_bytes)
+                future = self._pool.submit(read_step, root, path, self.timeout_s, self.max_bytes)
                 self._reads[key] = future
         if not wait and not future.done():
             return PENDING

@@ -15,9 +15,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from jobs.reads.artifacts import open_under
 from jobs.store.ingest_found import MAX_STEP
-from worker.run_files import MAX_NAME, FileTail, Point
+from worker.run_files import MAX_NAME, FileTail, Point, open_in
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +54,7 @@ class _File:
 
         # Opened here without following a link, and read by the loader through this descriptor: a link the job puts
         # in the file's place later is never followed (the loader opens paths itself).
-        self.handle = open_under(root, path.relative_to(root).as_posix())
+        self.handle = open_in(root, path)
         self.loader = EventFileLoader(f"/proc/self/fd/{self.handle.fileno()}")
         self.plugins: dict[str, str] = {}
 

@@ -29,9 +29,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from jobs.reads.artifacts import open_under
 from jobs.store.ingest_found import MAX_STEP
-from worker.run_files import MAX_NAME, FileTail, Point
+from worker.run_files import MAX_NAME, FileTail, Point, open_in
 
 log = logging.getLogger(__name__)
 
@@ -212,7 +211,7 @@ class _Run:
         self.size_read = -1  # the file's size at the last read: an unchanged file is not read again
 
     def read(self, root: Path, path: Path) -> list[Point]:
-        with open_under(root, path.relative_to(root).as_posix()) as f:  # a link the job swapped in is not followed
+        with open_in(root, path) as f:
             size = os.fstat(f.fileno()).st_size
             if size == self.size_read:
                 return []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -14,8 +15,9 @@ from hypothesis import strategies as st
 
 from jobspec.resume_args import render, template_problem
 from jobspec.spec import SpecLimits, parse_spec, spec_from_dict
-from worker.checkpoints_found import discover, latest, step_from_name
+from worker.checkpoints_found import discover, latest, step_from_name, whole_zip
 from worker.found import Found, resume_arguments
+from worker.step_inside import read_step
 
 
 def _age(path: Path, seconds: float) -> None:
@@ -152,3 +154,29 @@ def test_a_checkpoint_cut_off_mid_write_is_never_complete(tmp_path: Path) -> Non
     for p in (whole, cut):
         _age(p, 60)
     assert [c.step for c in discover(tmp_path, [], time.time())] == [4]
+
+
+def test_a_fifo_where_a_checkpoint_file_belongs_neither_hangs_the_scan_nor_is_listed(tmp_path: Path) -> None:
+    trap = tmp_path / "out" / "checkpoint-5"
+    trap.mkdir(parents=True)
+    os.mkfifo(trap / "trainer_state.json")  # a plain open of it would wait for a writer that never comes
+    torch.save({"global_step": 9}, tmp_path / "mine.ckpt")
+    for p in tmp_path.rglob("*"):
+        _age(p, 5)
+    found: list = []
+    scan = threading.Thread(target=lambda: found.extend(discover(tmp_path, [], time.time())), daemon=True)
+    scan.start()
+    scan.join(timeout=120)  # far past a healthy scan (milliseconds)
+    assert not scan.is_alive(), "the checkpoint scan blocked on the FIFO"
+    assert [c.path.name for c in found] == ["mine.ckpt"]
+
+
+def test_a_checkpoint_swapped_for_a_link_to_another_jobs_is_not_read(tmp_path: Path) -> None:
+    mine, other = tmp_path / "mine", tmp_path / "other"
+    (mine / "out").mkdir(parents=True)
+    other.mkdir()
+    torch.save({"iter_num": 4321}, other / "ckpt.pt")  # another job's checkpoint, readable by the worker
+    (mine / "out" / "ckpt.pt").symlink_to(other / "ckpt.pt")  # in place of the file the scan found
+    assert read_step(mine, mine / "out" / "ckpt.pt") is None
+    assert not whole_zip(mine, mine / "out" / "ckpt.pt")
+    assert read_step(other, other / "ckpt.pt") == 4321 and whole_zip(other, other / "ckpt.pt")

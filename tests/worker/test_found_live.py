@@ -109,3 +109,37 @@ def test_unchanged_script_metrics_checkpoints_and_resume_after_a_worker_kill(ser
         final = client.get(f"/v1/jobs/{job_id}/checkpoints/40/weights")
         assert final.status_code == 200
         assert final.content == (Path(job["run_dir"]) / "workdir/lightning_logs/version_0/checkpoints/epoch=0-step=40.ckpt").read_bytes()
+
+
+PLANTS = textwrap.dedent('''
+    import os, time
+    # Where the worker looks for checkpoints and metric files: FIFOs, which a plain open waits on forever.
+    os.makedirs("out/checkpoint-5", exist_ok=True)
+    os.mkfifo("out/checkpoint-5/trainer_state.json")
+    with open("out/checkpoint-5/model.safetensors", "wb") as f:
+        f.write(b"x")
+    os.mkfifo("mlflow.db")
+    os.makedirs("out/ckpts", exist_ok=True)
+    os.mkfifo("out/ckpts/last.ckpt")
+    time.sleep(4)  # long enough for the worker's scans to find them settled
+    print("planted", flush=True)
+''')
+
+
+def test_a_job_planting_fifos_where_the_worker_reads_neither_hangs_it_nor_lists_them(services: Services) -> None:
+    (services.settings.code_dir / "plants.py").write_text(PLANTS)
+    (services.settings.code_dir / "after.py").write_text("print('the worker took the next job')\n")
+    services.start_api()
+    services.start_worker()
+    with services.client() as client:
+        first = client.post("/v1/jobs", json={"kind": "script", "name": "plants", "entrypoint": "plants.py",
+                                              "checkpoint": {"discover": ["out/ckpts/*.ckpt"]}})
+        assert first.status_code == 201, first.text
+        # A healthy run takes seconds; the deadline is far past it (the worker used to block here for good).
+        job = services.wait_status(client, first.json()["id"], {"succeeded", "failed", "cancelled"}, timeout_s=300)
+        assert job["status"] == "succeeded", job["error"]
+        assert _checkpoints(client, job["id"]) == []
+        after = client.post("/v1/jobs", json={"kind": "script", "name": "after", "entrypoint": "after.py"})
+        assert after.status_code == 201, after.text
+        done = services.wait_status(client, after.json()["id"], {"succeeded", "failed", "cancelled"}, timeout_s=300)
+        assert done["status"] == "succeeded", done["error"]

@@ -40,9 +40,9 @@ def test_lightning_global_step_wins_over_its_epoch() -> None:
 
 def test_a_nanogpt_checkpoint_names_its_iter_num(tmp_path: Path) -> None:
     torch.save({"model": {"w": torch.zeros(3)}, "iter_num": 250, "config": {"n_layer": 2}}, tmp_path / "ckpt.pt")
-    assert read_step(tmp_path / "ckpt.pt") == 250
+    assert read_step(tmp_path, tmp_path / "ckpt.pt") == 250
     torch.save(torch.zeros(3), tmp_path / "tensor.pt")  # not a mapping: no step
-    assert read_step(tmp_path / "tensor.pt") is None
+    assert read_step(tmp_path, tmp_path / "tensor.pt") is None
 
 
 def test_a_hostile_file_runs_nothing_and_a_large_or_slow_one_is_not_read(tmp_path: Path) -> None:
@@ -53,25 +53,25 @@ def test_a_hostile_file_runs_nothing_and_a_large_or_slow_one_is_not_read(tmp_pat
             return (os.system, (f"touch {marker}",))
 
     torch.save({"iter_num": 5, "x": Evil()}, tmp_path / "evil.pt")
-    assert read_step(tmp_path / "evil.pt") == 5 and not marker.exists()  # its step, and nothing of it ran
+    assert read_step(tmp_path, tmp_path / "evil.pt") == 5 and not marker.exists()  # its step, and nothing of it ran
     with (tmp_path / "plain.pkl").open("wb") as f:
         pickle.dump({"iter_num": 5, "x": Evil()}, f)
-    assert read_step(tmp_path / "plain.pkl") is None and not marker.exists()  # not torch's zip format: not unpickled
+    assert read_step(tmp_path, tmp_path / "plain.pkl") is None and not marker.exists()  # not torch's zip format: not unpickled
     torch.save({"step": 9}, tmp_path / "big.pt")
-    assert read_step(tmp_path / "big.pt", max_bytes=10) is None  # over the cap: never opened
-    assert read_step(tmp_path / "big.pt", timeout_s=0.001) is None  # the child is killed at the deadline
+    assert read_step(tmp_path, tmp_path / "big.pt", max_bytes=10) is None  # over the cap: never opened
+    assert read_step(tmp_path, tmp_path / "big.pt", timeout_s=0.001) is None  # the child is killed at the deadline
 
 
 def test_a_tick_is_not_held_up_by_the_read(tmp_path: Path) -> None:
     path = tmp_path / "ckpt.pt"
     torch.save({"iter_num": 7}, path)
     reader = StepReader()
-    assert reader.step(path) is PENDING  # the child process is still starting: the tick goes on
-    assert reader.step(path, wait=True) == 7
-    assert reader.step(path) == 7  # cached for this version of the file
+    assert reader.step(tmp_path, path) is PENDING  # the child process is still starting: the tick goes on
+    assert reader.step(tmp_path, path, wait=True) == 7
+    assert reader.step(tmp_path, path) == 7  # cached for this version of the file
     torch.save({"iter_num": 8}, path)
     _aged(path, -2)  # a new mtime: read again
-    assert reader.step(path, wait=True) == 8
+    assert reader.step(tmp_path, path, wait=True) == 8
 
 
 def test_globs_are_matched_in_the_working_directory_and_the_step_read_from_inside(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
