@@ -21,8 +21,8 @@ from jobs.store.ingest_found import FoundCheckpoint, FoundPoint, ingest_found, l
 from jobspec.resume_args import render
 from jobspec.spec import AnySpec, ScriptJobSpec
 from worker import checkpoints_found, step_inside, workdir
-from worker.mlflow_tail import MlflowTail
-from worker.run_files import RESCAN_S, FileTail, Point
+from worker.mlflow_tail import MlflowFilesTail, MlflowTail
+from worker.run_files import RESCAN_S, FileTail, Listing, Point
 from worker.tb_tail import TensorBoardTail
 from worker.wandb_tail import WandbTail
 
@@ -36,8 +36,9 @@ class MetricTails:
     the last ``read`` in the order it returned them."""
 
     def __init__(self, run_dir: Path, rescan_s: float):
+        self.run_dir = run_dir
         self.tails: tuple[FileTail, ...] = (TensorBoardTail(run_dir, rescan_s), WandbTail(run_dir, rescan_s),
-                                            MlflowTail(run_dir, rescan_s))
+                                            MlflowTail(run_dir, rescan_s), MlflowFilesTail(run_dir, rescan_s))
         self._unacked = [0] * len(self.tails)
 
     @property
@@ -46,7 +47,8 @@ class MetricTails:
         return "; ".join(t.unreadable for t in self.tails if t.unreadable) or None
 
     def read(self, force_scan: bool = False) -> list[Point]:
-        batches = [tail.read(force_scan=force_scan) for tail in self.tails]
+        listing = Listing(self.run_dir)  # one walk of the run directory for every tail due to look for new files
+        batches = [tail.read(force_scan, listing) for tail in self.tails]
         self._unacked = [len(b) for b in batches]
         return [point for batch in batches for point in batch]
 

@@ -1,7 +1,9 @@
-"""Metrics a script logs with ``mlflow.log_metric`` and no tracking server: MLflow's default store, ``mlflow.db``.
+"""Metrics a script logs with ``mlflow.log_metric`` and no tracking server: MLflow's local stores.
 
 MLflow 3 writes to ``sqlite:///mlflow.db`` in the working directory when no tracking URI is set (the operator's
-``TORCHYARD_MLFLOW_TRACKING_URI`` sets one). The worker follows every SQLite file the job writes (``*.db``,
+``TORCHYARD_MLFLOW_TRACKING_URI`` sets one); MLflow 2 (and 3 before 3.7, or Lightning's ``MLFlowLogger()``) writes
+the file store, ``mlruns/<experiment>/<run>/metrics/<name>``, a line ``timestamp value step`` per value, which
+``MlflowFilesTail`` follows as the other tails follow theirs. The worker follows every SQLite file the job writes (``*.db``,
 ``*.sqlite``, ``*.sqlite3``) and reads the ``metrics`` table of those that are MLflow stores, from the row after the
 last one it read. The file is the job's: the worker copies its bytes through one no-follow descriptor and a child
 process with no rights parses them (worker/mlflow_read.py). A copy is kept only when no write overlapped it (no
@@ -24,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from jobs.store.ingest_found import MAX_STEP
-from worker.run_files import FileTail, Point, open_in
+from worker.run_files import MAX_FILES, MAX_NAME, FileTail, Listing, Point, find_files, open_in
 
 log = logging.getLogger(__name__)
 
@@ -136,9 +138,9 @@ class MlflowTail(FileTail[_Store]):
     def open(self, path: Path) -> _Store:
         return _Store()
 
-    def read(self, force_scan: bool = False) -> list[Point]:
+    def read(self, force_scan: bool = False, listing: Listing | None = None) -> list[Point]:
         self._final = force_scan  # the last read of an attempt reads every store, whenever it was last read
-        return super().read(force_scan)
+        return super().read(force_scan, listing)
 
     def new_points(self, path: Path, state: _Store) -> list[Point]:
         now = time.monotonic()
@@ -170,3 +172,68 @@ class MlflowTail(FileTail[_Store]):
         else:
             state.seen = seen
         return points_of(result["rows"], state.steps)
+
+
+MAX_LINE_READ = 1 << 20  # bytes of a metric file read per tick; the rest at the next
+
+
+@dataclass
+class _MetricFile:
+    run: str
+    key: str
+    offset: int = 0
+    steps: StepNumbers = field(default_factory=StepNumbers)
+    broken: bool = False
+
+
+def file_rows(data: bytes, run: str, key: str) -> tuple[list[list], int]:
+    """The complete lines of a file-store metric file as rows (the SQLite store's shape) and how many bytes they
+    took; a line cut short is left for the next read, a malformed one skipped (pure)."""
+    end = data.rfind(b"\n") + 1
+    rows = []
+    for line in data[:end].split(b"\n"):
+        parts = line.split()
+        if len(parts) not in (2, 3):  # MLflow before 1.0 wrote no step
+            continue
+        try:
+            stamp, value, step = int(parts[0]), float(parts[1]), int(parts[2]) if len(parts) == 3 else 0
+        except ValueError:
+            continue
+        rows.append([0, run, key, value, step, stamp, math.isnan(value)])
+    return rows, end
+
+
+class MlflowFilesTail(FileTail[_MetricFile]):
+    """Follows the metric files of MLflow file stores under ``root``: a run is a directory holding ``meta.yaml`` and
+    ``metrics/``, and a metric's name is its file's path under ``metrics/`` (``train/loss``)."""
+
+    def candidates(self, listing: Listing) -> list[Path]:
+        found: list[Path] = []
+        for meta in listing.matching(lambda name: name == "meta.yaml"):
+            metrics = meta.parent / "metrics"
+            if metrics.is_dir() and not metrics.is_symlink():
+                found.extend(find_files(metrics, lambda name: True, limit=MAX_FILES - len(found)))
+            if len(found) >= MAX_FILES:
+                break
+        return found
+
+    def open(self, path: Path) -> _MetricFile:
+        metrics = next(p for p in path.parents if p.name == "metrics")
+        return _MetricFile(run=metrics.parent.name, key=path.relative_to(metrics).as_posix())
+
+    def new_points(self, path: Path, state: _MetricFile) -> list[Point]:
+        if state.broken or len(state.key) > MAX_NAME:
+            return []
+        try:
+            with open_in(self.root, path) as f:
+                f.seek(state.offset)
+                data = f.read(MAX_LINE_READ)
+        except OSError as exc:  # gone, or a link put in its place: tried again next tick
+            log.debug("%s: %s", path, exc)
+            return []
+        rows, used = file_rows(data, state.run, state.key)
+        if not used and len(data) >= MAX_LINE_READ:  # a "line" longer than any MLflow writes: not a metric file
+            log.warning("%s: no line end in %d bytes; it is not read again", path, MAX_LINE_READ)
+            state.broken = True
+        state.offset += used
+        return points_of(rows, state.steps)

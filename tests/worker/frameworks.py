@@ -66,6 +66,28 @@ LIGHTNING_REGRESSION = textwrap.dedent('''
             return torch.optim.SGD(self.parameters(), lr=0.05)
 ''')
 
+LOGGED_STEPS = 3 * 4  # lightning_logging()'s run: 3 epochs of 256 samples / 2 ranks / batch 32
+
+
+def lightning_logging(imports: str, logger: str) -> str:
+    """A 2-rank Lightning DDP regression of LOGGED_STEPS steps that logs ``train_loss`` every 2nd step through
+    ``logger`` (an expression, after ``imports``)."""
+    return textwrap.dedent('''
+        import torch
+        from torch.utils.data import DataLoader, TensorDataset
+        import lightning.pytorch as L
+
+        def pace(global_step):
+            pass
+    ''') + textwrap.dedent(imports) + LIGHTNING_REGRESSION + textwrap.dedent(f'''
+        torch.manual_seed(0)
+        data = TensorDataset(torch.randn(256, 8), torch.randn(256, 1))
+        trainer = L.Trainer(max_epochs=3, accelerator="cpu", devices=2, strategy="ddp", log_every_n_steps=2,
+                            logger={logger}, enable_checkpointing=False)
+        trainer.fit(Regression(), DataLoader(data, batch_size=32))
+    ''')
+
+
 def ranks_path(*modules: ModuleType) -> str:
     """PYTHONPATH for the worker's ranks: torchyard, then where each framework is installed."""
     sites = [str(Path(m.__file__ or "").resolve().parents[m.__name__.count(".") + 1]) for m in modules]

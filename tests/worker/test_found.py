@@ -14,6 +14,7 @@ from jobs.store.ingest_found import FOUND_BASE, FoundPoint, ingest_found
 from jobs.store.models import Job, MetricPoint
 from tests.helpers import plain_db, session_with_job
 from worker.found import Found
+from worker.run_files import Listing, find_files
 from worker.tb_tail import TensorBoardTail
 
 
@@ -113,3 +114,17 @@ def test_a_follower_sees_the_resume_after_a_requeue_not_the_history_again(settin
         resumed = feed.poll(session, job.id, seen.cursor)
         assert [(m.data["step"], m.data["values"]["train_loss"]) for m in resumed.messages if m.event == "metric"] == [
             (40, 20.0), (50, 25.0), (60, 30.0)]
+
+
+def test_one_shared_walk_finds_what_each_tails_own_walk_finds(tmp_path: Path) -> None:
+    for relative in ["a/run-1.wandb", "a/b/events.out.tfevents.1", "mlflow.db", "logs/skipped.db", "code/up.db",
+                     "mlruns/0/r/meta.yaml", "mlruns/0/r/metrics/loss", *[f"data/f{i:03d}.db" for i in range(300)]]:
+        (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / relative).write_bytes(b"")
+    (tmp_path / "linked.db").symlink_to(tmp_path / "mlflow.db")
+    (tmp_path / "linked_dir").symlink_to(tmp_path / "a")
+    listing = Listing(tmp_path)
+    for match in (lambda n: n.endswith(".db"), lambda n: "tfevents" in n, lambda n: n == "meta.yaml", lambda n: True):
+        for limit in (1, 10, 256):
+            assert listing.matching(match, limit) == find_files(tmp_path, match, limit)
+    assert Path(tmp_path / "linked.db") not in listing.matching(lambda n: True, 1000)

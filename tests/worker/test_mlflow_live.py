@@ -1,7 +1,8 @@
-"""A script that logs to MLflow with no tracking server set, unchanged, as a 2-rank CPU script job: MLflow writes its
-default store (``mlflow.db`` in the working directory) and what the script logged is the job's metrics, at the steps
-it gave, a series logged without a step numbered by order, a value that diverged a gap; the store itself is in the
-job's artifacts for ``mlflow ui --backend-store-uri sqlite:///mlflow.db``."""
+"""Scripts that log to MLflow with no tracking server set, unchanged, as 2-rank CPU script jobs: a plain DDP script,
+whose MLflow writes its default store (``mlflow.db`` in the working directory), and Lightning's MLFlowLogger, which
+writes the file store (``mlruns/``). What they logged is the job's metrics, at the steps they gave, a series logged
+without a step numbered by order, a value that diverged a gap; the store itself is in the job's artifacts for
+``mlflow ui --backend-store-uri sqlite:///mlflow.db``."""
 
 from __future__ import annotations
 
@@ -11,7 +12,15 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import Services
-from tests.worker.frameworks import ddp_regression, metric_points, ranks_path, submit_script, wait_succeeded
+from tests.worker.frameworks import (
+    LOGGED_STEPS,
+    ddp_regression,
+    lightning_logging,
+    metric_points,
+    ranks_path,
+    submit_script,
+    wait_succeeded,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -27,19 +36,33 @@ SCRIPT = ddp_regression("mlflow", begin=f'''
 ''', end="mlflow.end_run()", steps=STEPS)
 
 
+# Lightning's MLFlowLogger() writes MLflow's file store (file:./mlruns), which MLflow 3.17 refuses unless told to
+# allow it; with MLflow 2 a script needs nothing of the kind.
+LIGHTNING = lightning_logging('''
+    import os
+    os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+    from lightning.pytorch.loggers import MLFlowLogger
+''', "MLFlowLogger()")
+
+
 @pytest.fixture
 def database_url(sqlite_url: str) -> str:
     return sqlite_url
 
 
-def test_a_script_logging_to_mlflows_default_store_has_its_values_as_the_jobs_metrics(services: Services) -> None:
+def test_scripts_logging_to_mlflows_local_stores_have_their_values_as_the_jobs_metrics(services: Services) -> None:
     mlflow = pytest.importorskip("mlflow")
+    lightning = pytest.importorskip("lightning")
     (services.settings.code_dir / "plain.py").write_text(SCRIPT)
+    (services.settings.code_dir / "lit.py").write_text(LIGHTNING)
     services.start_api()
-    services.start_worker(PYTHONPATH=ranks_path(mlflow))
+    services.start_worker(PYTHONPATH=ranks_path(mlflow, lightning))
     with services.client() as client:
-        job = wait_succeeded(services, client, submit_script(client, "mlflow", "plain.py"))
+        ids = {name: submit_script(client, name, f"{name}.py") for name in ("plain", "lit")}
+        jobs = {name: wait_succeeded(services, client, job_id) for name, job_id in ids.items()}
 
+        # The default store, mlflow.db: every value at the step it was logged with, or numbered by order without one.
+        job = jobs["plain"]
         logged = json.loads((Path(job["run_dir"]) / "workdir" / "losses.json").read_text())
         assert metric_points(client, job["id"], "train/loss") == pytest.approx(list(enumerate(logged)))
         assert logged[-1] < logged[0] / 10
@@ -49,3 +72,7 @@ def test_a_script_logging_to_mlflows_default_store_has_its_values_as_the_jobs_me
         assert "workdir/mlflow.db" in listed
         got = client.get(f"/v1/jobs/{job['id']}/artifacts/workdir/mlflow.db")
         assert got.status_code == 200 and got.content.startswith(b"SQLite format 3\x00")
+
+        # Lightning's MLFlowLogger, the file store: every 2nd step at Lightning's global step.
+        lit = metric_points(client, jobs["lit"]["id"], "train_loss")
+        assert [step for step, _ in lit] == list(range(1, LOGGED_STEPS, 2))

@@ -1,7 +1,8 @@
-"""A script's ``mlflow.log_metric`` calls, with no tracking server, become the job's metrics: the store the real
-MLflow writes (``mlflow.db``) read back, then only what a later run of the script added; a series logged without a
-step numbered by order; other and damaged SQLite files give nothing; a store swapped for a link to another job's is
-not read; and the process that parses the job's bytes holds none of the worker's rights."""
+"""A script's ``mlflow.log_metric`` calls, with no tracking server, become the job's metrics: the stores the real
+MLflow writes (``mlflow.db``, and the file store ``mlruns/``) read back, then only what a later run of the script
+added; a series logged without a step numbered by order; other and damaged SQLite files give nothing; a store
+swapped for a link to another job's is not read; and the process that parses the job's bytes holds none of the
+worker's rights."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from worker.mlflow_tail import MlflowTail, StepNumbers, read_rows
+from worker.mlflow_tail import MlflowFilesTail, MlflowTail, StepNumbers, file_rows, read_rows
 
 LOG = textwrap.dedent('''
     import sys
@@ -33,11 +34,14 @@ LOG = textwrap.dedent('''
 ''')
 
 
-def log_to(workdir: Path, first: int, last: int) -> None:
-    """Runs the real MLflow, with no tracking URI, in ``workdir`` as a job's script runs there."""
+def log_to(workdir: Path, first: int, last: int, file_store: bool = False) -> None:
+    """Runs the real MLflow, with no tracking URI (or its file store's, as MLflow 2 and Lightning's MLFlowLogger
+    default to), in ``workdir`` as a job's script runs there."""
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "log.py").write_text(LOG)
     env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
+    if file_store:
+        env |= {"MLFLOW_TRACKING_URI": "file:./mlruns", "MLFLOW_ALLOW_FILE_STORE": "true"}
     done = subprocess.run([sys.executable, "log.py", str(first), str(last)], cwd=workdir, env=env,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -155,3 +159,34 @@ def test_series_logged_without_a_step_are_numbered_by_order(rows: list[tuple[str
         first_explicit = next((i for i, s in enumerate(steps) if s != 0), len(steps))
         # Up to its first non-zero step a series is numbered by order; from there on it keeps what it logged.
         assert got[series_id] == list(range(first_explicit)) + steps[first_explicit:]
+
+
+def test_a_file_store_reads_back_and_then_only_what_was_added(tmp_path: Path) -> None:
+    pytest.importorskip("mlflow")
+    workdir = tmp_path / "workdir"
+    log_to(workdir, 0, 5, file_store=True)
+    tail = MlflowFilesTail(tmp_path, rescan_s=0.0)
+    points = tail.read()
+    assert series(points, "train/loss") == [(s, 1.0 / (s + 1)) for s in range(5)]  # a name with "/" is a subdirectory
+    assert series(points, "seconds") == [(s, 0.5) for s in range(5)]
+    (nan,) = series(points, "scale")
+    assert nan[0] == 0 and math.isnan(nan[1])
+    tail.ack(len(points))
+    assert tail.read() == []
+    log_to(workdir, 5, 8, file_store=True)
+    added = tail.read()
+    assert series(added, "train/loss") == [(s, 1.0 / (s + 1)) for s in range(5, 8)]
+    assert series(added, "seconds") == [(s, 0.5) for s in range(3)]
+
+
+@given(st.lists(st.tuples(st.integers(0, 2**41), st.floats(allow_nan=False), st.integers(0, 2**31 - 1)), max_size=20),
+       st.lists(st.integers(0, 2000), max_size=6))
+def test_file_store_lines_come_back_whole_and_once_wherever_the_file_is_cut(
+        lines: list[tuple[int, float, int]], cuts: list[int]) -> None:
+    data = b"".join(f"{stamp} {value!r} {step}\n".encode() for stamp, value, step in lines)
+    rows, offset = [], 0
+    for cut in [*sorted(c for c in cuts if c <= len(data)), len(data)]:  # the file as it grows
+        got, used = file_rows(data[offset:cut] if cut > offset else b"", "run", "loss")
+        rows += got
+        offset += used
+    assert [(r[5], r[3], r[4]) for r in rows] == lines

@@ -6,13 +6,20 @@ script, and Lightning's WandbLogger, whose values are at Lightning's own global 
 from __future__ import annotations
 
 import json
-import textwrap
 from pathlib import Path
 
 import pytest
 
 from tests.helpers import Services
-from tests.worker.frameworks import LIGHTNING_REGRESSION, ddp_regression, metric_points, ranks_path, submit_script, wait_succeeded
+from tests.worker.frameworks import (
+    LOGGED_STEPS,
+    ddp_regression,
+    lightning_logging,
+    metric_points,
+    ranks_path,
+    submit_script,
+    wait_succeeded,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -21,22 +28,7 @@ PLAIN = ddp_regression("wandb", begin='wandb.init(project="regression", config={
     wandb.log({"train/loss": loss.item(), "lr": 0.1, "scale": float("nan") if step == 5 else 1.0})
 ''', end="wandb.finish()")
 
-LIGHTNING = textwrap.dedent('''
-    import torch
-    from torch.utils.data import DataLoader, TensorDataset
-    import lightning.pytorch as L
-    from lightning.pytorch.loggers import WandbLogger
-
-    def pace(global_step):
-        pass
-''') + LIGHTNING_REGRESSION + textwrap.dedent('''
-    torch.manual_seed(0)
-    data = TensorDataset(torch.randn(256, 8), torch.randn(256, 1))
-    trainer = L.Trainer(max_epochs=3, accelerator="cpu", devices=2, strategy="ddp", log_every_n_steps=2,
-                        logger=WandbLogger(project="lit"), enable_checkpointing=False)
-    trainer.fit(Regression(), DataLoader(data, batch_size=32))
-''')
-LIGHTNING_STEPS = 3 * 4  # 3 epochs of 256 samples / 2 ranks / batch 32
+LIGHTNING = lightning_logging("from lightning.pytorch.loggers import WandbLogger\n", 'WandbLogger(project="lit")')
 
 
 @pytest.fixture
@@ -69,5 +61,5 @@ def test_scripts_logging_to_wandb_run_offline_and_their_values_are_the_jobs_metr
 
         # Lightning logs every 2nd step at its global step (wandb's own counter would count the calls, 0..5).
         lit = metric_points(client, jobs["lit"]["id"], "train_loss")
-        assert [step for step, _ in lit] == list(range(1, LIGHTNING_STEPS, 2))
-        assert metric_points(client, jobs["lit"]["id"], "epoch") == [(step, step // 4) for step in range(1, LIGHTNING_STEPS, 2)]
+        assert [step for step, _ in lit] == list(range(1, LOGGED_STEPS, 2))
+        assert metric_points(client, jobs["lit"]["id"], "epoch") == [(step, step // 4) for step in range(1, LOGGED_STEPS, 2)]
