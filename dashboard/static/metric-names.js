@@ -4,11 +4,14 @@ export const DISPLAY = {
   "train/loss": [
     "train/loss",
     "train_loss_step",
-    "train_loss"
+    "train_loss",
+    "loss"
   ],
   "eval/loss": [
     "eval/loss",
-    "val_loss"
+    "val_loss",
+    "eval_loss",
+    "val/loss"
   ]
 };
 

@@ -38,7 +38,16 @@ def test_follow_shows_lightnings_loss_and_val_loss_and_keeps_the_names() -> None
     assert set(state.values) == {"train_loss_step", "val_loss"}  # logged names, not renamed
 
 
-@given(st.dictionaries(st.sampled_from(["train/loss", "train_loss_step", "train_loss", "val_loss", "eval/loss", "lr"]),
+def test_ls_shows_a_plain_scripts_loss_and_eval_loss() -> None:
+    job = Job(id="j1", name="plain", status="running", last_step=59, latest_metrics={"loss": 0.0051, "eval_loss": 0.75})
+    assert "0.0051" in _row(job)
+    state = FollowState(job=job, total=None)
+    state.apply(MetricEvent(step=59, values={"loss": 0.0051, "eval_loss": 0.75}))
+    assert state.summary().startswith("step 59/?  loss 0.0051  eval_loss 0.7500")
+
+
+@given(st.dictionaries(st.sampled_from(["train/loss", "train_loss_step", "train_loss", "loss", "val_loss", "eval/loss",
+                                        "eval_loss", "val/loss", "lr"]),
                        st.floats(allow_nan=False)))
 def test_the_first_logged_name_of_a_column_fills_it(values: dict[str, float]) -> None:
     for column, names in DISPLAY.items():
