@@ -218,7 +218,8 @@ class MlflowFilesTail(FileTail[_MetricFile]):
         return found
 
     def open(self, path: Path) -> _MetricFile:
-        metrics = next(p for p in path.parents if p.name == "metrics")
+        # The run's own metrics/ (beside its meta.yaml): a name may hold "metrics" too ("val/metrics/acc").
+        metrics = next(p for p in path.parents if p.name == "metrics" and (p.parent / "meta.yaml").is_file())
         return _MetricFile(run=metrics.parent.name, key=path.relative_to(metrics).as_posix())
 
     def new_points(self, path: Path, state: _MetricFile) -> list[Point]:

@@ -173,6 +173,11 @@ def test_a_file_store_reads_back_and_then_only_what_was_added(tmp_path: Path) ->
     assert nan[0] == 0 and math.isnan(nan[1])
     tail.ack(len(points))
     assert tail.read() == []
+    (run,) = [p.parent for p in workdir.glob("mlruns/*/*/meta.yaml")]
+    (run / "metrics" / "val" / "metrics").mkdir(parents=True)
+    (run / "metrics" / "val" / "metrics" / "acc").write_text("1796650000000 0.5 3\n")  # a name holding "metrics"
+    assert [(p.name, p.step, p.value) for p in tail.read()] == [("val/metrics/acc", 3, 0.5)]
+    tail.ack(1)
     log_to(workdir, 5, 8, file_store=True)
     added = tail.read()
     assert series(added, "train/loss") == [(s, 1.0 / (s + 1)) for s in range(5, 8)]
