@@ -5,6 +5,7 @@ job's metrics, checkpoints and downloads read back through the API."""
 from __future__ import annotations
 
 import io
+import json
 import os
 import tarfile
 import textwrap
@@ -15,6 +16,7 @@ from types import ModuleType
 from typing import Any
 
 import httpx
+import pytest
 
 from tests.helpers import ROOT, Services, assert_resumed_after_a_kill, wait_until
 
@@ -192,6 +194,30 @@ def wait_succeeded(services: Services, client: httpx.Client, job_id: str) -> dic
     logs = rank_logs(Path(job["run_dir"]), job["attempt"]) if job.get("run_dir") else ""
     assert job["status"] == "succeeded", (job["error"], logs[-3000:])
     return job
+
+
+@contextmanager
+def plain_and_lightning_jobs(services: Services, plain: str, lightning: str,
+                             *modules: ModuleType) -> Iterator[tuple[httpx.Client, dict[str, dict[str, Any]]]]:
+    """Run ``plain`` (``ddp_regression``) and ``lightning`` (``lightning_logging``) as 2-rank script jobs on one worker
+    whose ranks import ``modules``; yields an API client and both finished jobs, asserted succeeded, by name."""
+    (services.settings.code_dir / "plain.py").write_text(plain)
+    (services.settings.code_dir / "lit.py").write_text(lightning)
+    services.start_api()
+    services.start_worker(PYTHONPATH=ranks_path(*modules))
+    with services.client() as client:
+        ids = {name: submit_script(client, name, f"{name}.py") for name in ("plain", "lit")}
+        yield client, {name: wait_succeeded(services, client, job_id) for name, job_id in ids.items()}
+
+
+def assert_the_plain_scripts_metrics(client: httpx.Client, job: dict[str, Any], steps: int = 20) -> None:
+    """What a ``ddp_regression`` script of the tracker tests logs, as the job's metrics: ``train/loss`` is every loss
+    it saw, at steps 0.., falling tenfold; ``scale`` a gap at step 5, where it was NaN; ``lr`` at every step."""
+    logged = json.loads((Path(job["run_dir"]) / "workdir" / "losses.json").read_text())
+    assert metric_points(client, job["id"], "train/loss") == pytest.approx(list(enumerate(logged)))
+    assert logged[-1] < logged[0] / 10
+    assert metric_points(client, job["id"], "scale") == [(step, 1.0) for step in range(steps) if step != 5]
+    assert metric_points(client, job["id"], "lr") == [(step, 0.1) for step in range(steps)]
 
 
 def metric_points(client: httpx.Client, job_id: str, name: str) -> list[tuple[int, float]]:

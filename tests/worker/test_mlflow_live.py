@@ -6,20 +6,16 @@ without a step numbered by order, a value that diverged a gap; the store itself 
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 
 from tests.helpers import Services
 from tests.worker.frameworks import (
     LOGGED_STEPS,
+    assert_the_plain_scripts_metrics,
     ddp_regression,
     lightning_logging,
     metric_points,
-    ranks_path,
-    submit_script,
-    wait_succeeded,
+    plain_and_lightning_jobs,
 )
 
 pytestmark = pytest.mark.slow
@@ -53,21 +49,10 @@ def database_url(sqlite_url: str) -> str:
 def test_scripts_logging_to_mlflows_local_stores_have_their_values_as_the_jobs_metrics(services: Services) -> None:
     mlflow = pytest.importorskip("mlflow")
     lightning = pytest.importorskip("lightning")
-    (services.settings.code_dir / "plain.py").write_text(SCRIPT)
-    (services.settings.code_dir / "lit.py").write_text(LIGHTNING)
-    services.start_api()
-    services.start_worker(PYTHONPATH=ranks_path(mlflow, lightning))
-    with services.client() as client:
-        ids = {name: submit_script(client, name, f"{name}.py") for name in ("plain", "lit")}
-        jobs = {name: wait_succeeded(services, client, job_id) for name, job_id in ids.items()}
-
+    with plain_and_lightning_jobs(services, SCRIPT, LIGHTNING, mlflow, lightning) as (client, jobs):
         # The default store, mlflow.db: every value at the step it was logged with, or numbered by order without one.
         job = jobs["plain"]
-        logged = json.loads((Path(job["run_dir"]) / "workdir" / "losses.json").read_text())
-        assert metric_points(client, job["id"], "train/loss") == pytest.approx(list(enumerate(logged)))
-        assert logged[-1] < logged[0] / 10
-        assert metric_points(client, job["id"], "scale") == [(step, 1.0) for step in range(STEPS) if step != 5]
-        assert metric_points(client, job["id"], "lr") == [(step, 0.1) for step in range(STEPS)]
+        assert_the_plain_scripts_metrics(client, job)
         listed = [i["path"] for i in client.get(f"/v1/jobs/{job['id']}/artifacts").json()["items"]]
         assert "workdir/mlflow.db" in listed
         got = client.get(f"/v1/jobs/{job['id']}/artifacts/workdir/mlflow.db")

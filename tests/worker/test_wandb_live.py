@@ -5,20 +5,16 @@ script, and Lightning's WandbLogger, whose values are at Lightning's own global 
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 
 from tests.helpers import Services
 from tests.worker.frameworks import (
     LOGGED_STEPS,
+    assert_the_plain_scripts_metrics,
     ddp_regression,
     lightning_logging,
     metric_points,
-    ranks_path,
-    submit_script,
-    wait_succeeded,
+    plain_and_lightning_jobs,
 )
 
 pytestmark = pytest.mark.slow
@@ -39,21 +35,10 @@ def database_url(sqlite_url: str) -> str:
 def test_scripts_logging_to_wandb_run_offline_and_their_values_are_the_jobs_metrics(services: Services) -> None:
     wandb = pytest.importorskip("wandb")
     lightning = pytest.importorskip("lightning")
-    (services.settings.code_dir / "plain.py").write_text(PLAIN)
-    (services.settings.code_dir / "lit.py").write_text(LIGHTNING)
-    services.start_api()
-    services.start_worker(PYTHONPATH=ranks_path(wandb, lightning))
-    with services.client() as client:
-        ids = {name: submit_script(client, name, f"{name}.py") for name in ("plain", "lit")}
-        jobs = {name: wait_succeeded(services, client, job_id) for name, job_id in ids.items()}
-
+    with plain_and_lightning_jobs(services, PLAIN, LIGHTNING, wandb, lightning) as (client, jobs):
         # Every value the script logged, at wandb's step, and the offline run in the artifacts.
         plain = jobs["plain"]
-        logged = json.loads((Path(plain["run_dir"]) / "workdir" / "losses.json").read_text())
-        assert metric_points(client, plain["id"], "train/loss") == pytest.approx(list(enumerate(logged)))
-        assert logged[-1] < logged[0] / 10
-        assert metric_points(client, plain["id"], "lr") == [(step, 0.1) for step in range(20)]
-        assert metric_points(client, plain["id"], "scale") == [(step, 1.0) for step in range(20) if step != 5]
+        assert_the_plain_scripts_metrics(client, plain)
         listed = [i["path"] for i in client.get(f"/v1/jobs/{plain['id']}/artifacts").json()["items"]]
         (run_file,) = [p for p in listed if p.startswith("workdir/wandb/offline-run-") and p.endswith(".wandb")]
         got = client.get(f"/v1/jobs/{plain['id']}/artifacts/{run_file}")
