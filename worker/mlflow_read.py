@@ -28,7 +28,7 @@ NOBODY = 65534
 CPU_S = 20
 HEADER = b"SQLite format 3\x00"
 COLUMNS = {"key", "value", "timestamp", "run_uuid", "step", "is_nan"}
-MAX_KEY = 128  # longer names are not stored (worker/run_files.py MAX_NAME)
+MAX_KEY = 250  # MLflow's own key column: a bound on what this process hands back, not which names are stored
 
 
 def confine(size: int) -> None:

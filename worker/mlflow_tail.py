@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from jobs.store.ingest_found import MAX_STEP
-from worker.run_files import MAX_FILES, MAX_NAME, FileTail, Listing, Point, find_files, open_in
+from worker.run_files import MAX_FILES, FileTail, Listing, Point, open_in
 
 log = logging.getLogger(__name__)
 
@@ -207,12 +207,14 @@ class MlflowFilesTail(FileTail[_MetricFile]):
     """Follows the metric files of MLflow file stores under ``root``: a run is a directory holding ``meta.yaml`` and
     ``metrics/``, and a metric's name is its file's path under ``metrics/`` (``train/loss``)."""
 
+    def matches(self, name: str) -> bool:
+        return name == "meta.yaml"  # a run's: its metric files are under the metrics/ beside it
+
     def candidates(self, listing: Listing) -> list[Path]:
         found: list[Path] = []
-        for meta in listing.matching(lambda name: name == "meta.yaml"):
+        for meta in listing.matching(self.matches):
             metrics = meta.parent / "metrics"
-            if metrics.is_dir() and not metrics.is_symlink():
-                found.extend(find_files(metrics, lambda name: True, limit=MAX_FILES - len(found)))
+            found.extend(listing.under(metrics, limit=MAX_FILES - len(found)))  # the walk did not enter a linked one
             if len(found) >= MAX_FILES:
                 break
         return found
@@ -223,7 +225,7 @@ class MlflowFilesTail(FileTail[_MetricFile]):
         return _MetricFile(run=metrics.parent.name, key=path.relative_to(metrics).as_posix())
 
     def new_points(self, path: Path, state: _MetricFile) -> list[Point]:
-        if state.broken or len(state.key) > MAX_NAME:
+        if state.broken:
             return []
         try:
             with open_in(self.root, path) as f:

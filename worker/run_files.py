@@ -8,6 +8,7 @@ import itertools
 import logging
 import os
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +30,6 @@ SKIP_PATHS = frozenset({OWN_MIRROR, Path(CODE_DIR_NAME)})
 MAX_FILES = 256  # files followed per job and kind; a job writing more gets the first ones found
 MAX_WALK = 20_000  # directory entries looked at per scan
 RESCAN_S = 2.0  # how often the tree is walked for new files; known files are read every tick
-MAX_NAME = 128  # the metrics table's name column
 
 
 @dataclass(frozen=True)
@@ -83,17 +83,25 @@ def find_files(root: Path, match: Callable[[str], bool], limit: int = MAX_FILES)
 
 class Listing:
     """The regular files under ``root`` as ``find_files`` walks it, walked once when first asked: the tails of one
-    tick share one walk of the run directory (each walk of a 20,000-file tree took about 12 ms: docs/BENCHMARKS.md)."""
+    tick share one walk of the run directory (each walk of a 20,000-file tree took 15-16 ms: docs/BENCHMARKS.md)."""
 
     def __init__(self, root: Path):
         self.root = root
         self._files: list[tuple[str, str]] | None = None  # name, path
 
-    def matching(self, match: Callable[[str], bool], limit: int = MAX_FILES) -> list[Path]:
-        """What ``find_files(root, match, limit)`` finds."""
+    def _walked(self) -> list[tuple[str, str]]:
         if self._files is None:
             self._files = [(e.name, e.path) for e in _regular_files(self.root)]
-        return [Path(path) for name, path in self._files if match(name)][:limit]
+        return self._files
+
+    def matching(self, match: Callable[[str], bool], limit: int = MAX_FILES) -> list[Path]:
+        """What ``find_files(root, match, limit)`` finds."""
+        return [Path(path) for name, path in self._walked() if match(name)][:limit]
+
+    def under(self, folder: Path, limit: int = MAX_FILES) -> list[Path]:
+        """The files of the walk inside ``folder``."""
+        prefix = os.path.join(folder, "")
+        return [Path(path) for _, path in self._walked() if path.startswith(prefix)][:limit]
 
 
 class UploadedFiles:
@@ -114,7 +122,7 @@ class UploadedFiles:
         return self._uploaded.get(relative) == (st.st_size, st.st_mtime_ns)
 
 
-class FileTail(Generic[S]):
+class FileTail(ABC, Generic[S]):
     """Follows the files of one kind under ``root`` (what ``matches`` names, each opened once into a state ``S``);
     ``read`` returns the points written since the last acknowledged read, ``ack`` confirms they are stored, so a
     database blip re-offers the same points instead of losing them."""
@@ -129,16 +137,17 @@ class FileTail(Generic[S]):
         self._next_scan = 0.0
         self._uploaded = UploadedFiles(root)
 
+    @abstractmethod
     def matches(self, name: str) -> bool:
-        raise NotImplementedError
+        """Whether a file of this name is of this kind (or, for ``candidates`` of its own, tells where they are)."""
 
+    @abstractmethod
     def open(self, path: Path) -> S:
         """The reading state of a new file; ImportError when this worker lacks what reads it."""
-        raise NotImplementedError
 
+    @abstractmethod
     def new_points(self, path: Path, state: S) -> list[Point]:
         """What ``path`` holds since the last call; a damaged file logs and returns what it could read."""
-        raise NotImplementedError
 
     def missing(self, path: Path, exc: ImportError) -> str:
         """The warning a job's status carries when the worker cannot read its files."""

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from jobs.store.ingest_found import MAX_STEP
-from worker.run_files import MAX_NAME, FileTail, Point, open_in
+from worker.run_files import FileTail, Point, open_in
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ def scalars(event: Any, plugins: dict[str, str]) -> list[Point]:
             number = float(array.item())
         except (ValueError, TypeError):
             continue
-        if 0 <= step <= MAX_STEP and 0 < len(value.tag) <= MAX_NAME:
+        if 0 <= step <= MAX_STEP:
             points.append(Point(value.tag, step, number, float(event.wall_time)))
     return points
 

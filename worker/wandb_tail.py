@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from jobs.store.ingest_found import MAX_STEP
-from worker.run_files import MAX_NAME, FileTail, Point, open_in
+from worker.run_files import FileTail, Point, open_in
 
 log = logging.getLogger(__name__)
 
@@ -192,7 +192,7 @@ def history_points(history: bytes, steps: StepMetrics) -> list[Point]:
     wall = row.get("_timestamp", time.time())
     points = []
     for name, value in row.items():
-        if name.startswith("_") or len(name) > MAX_NAME:
+        if name.startswith("_"):
             continue
         step_metric = steps.of(name)
         at = row.get(step_metric) if step_metric else None

@@ -25,6 +25,7 @@ from jobs.store.models import Checkpoint, Job, MetricPoint
 
 FOUND_BASE = 2**30  # seq columns are 32-bit in SQL; a trainer never writes a billion events
 MAX_STEP = 2**31 - 1  # job_metrics.step and job_checkpoints.step are INTEGER
+MAX_NAME = 128  # job_metrics.name is VARCHAR(128)
 
 
 @dataclass(frozen=True)
@@ -46,12 +47,13 @@ class FoundCheckpoint:
 def storable(points: Sequence[FoundPoint], checkpoints: Sequence[FoundCheckpoint],
              now: float | None = None) -> tuple[list[FoundPoint], list[FoundCheckpoint]]:
     """What SQL can hold of what a job's own files say (pure). A NaN or infinite value (a diverged loss) is a gap in
-    its curve, as the SDK's are: neither the column nor JSON holds one. A point at a step beyond the INTEGER column, or
-    named with a NUL (which PostgreSQL text refuses), is left out; a time that is no finite number is the time read.
-    A checkpoint whose file names a step beyond the column (a millisecond timestamp) is one of unknown step."""
+    its curve, as the SDK's are: neither the column nor JSON holds one. A point at a step beyond the INTEGER column,
+    named with a NUL (which PostgreSQL text refuses), or with no name or one longer than the name column, is left
+    out; a time that is no finite number is the time read. A checkpoint whose file names a step beyond the column (a
+    millisecond timestamp) is one of unknown step."""
     read_at = time.time() if now is None else now
     kept = [p if math.isfinite(p.time) else FoundPoint(p.name, p.step, p.value, read_at) for p in points
-            if math.isfinite(p.value) and 0 <= p.step <= MAX_STEP and "\x00" not in p.name]
+            if math.isfinite(p.value) and 0 <= p.step <= MAX_STEP and 0 < len(p.name) <= MAX_NAME and "\x00" not in p.name]
     ckpts = [c if c.step <= MAX_STEP else FoundCheckpoint(-1, c.path, c.mtime, c.details) for c in checkpoints]
     return kept, ckpts
 

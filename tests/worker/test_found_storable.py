@@ -12,21 +12,22 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from jobs.settings import Settings
-from jobs.store.ingest_found import MAX_STEP, FoundCheckpoint, FoundPoint, ingest_found, last_found_seq, storable
+from jobs.store.ingest_found import MAX_NAME, MAX_STEP, FoundCheckpoint, FoundPoint, ingest_found, last_found_seq, storable
 from jobs.store.models import Job, MetricPoint
 from tests.helpers import plain_db, session_with_job
 from worker.found import Found
 from worker.run_files import Point
 
 NOW = 1.8e9
-points_st = st.builds(FoundPoint, st.text(min_size=1, max_size=128), st.integers(-(2**40), 2**40), st.floats(), st.floats())
+points_st = st.builds(FoundPoint, st.text(max_size=MAX_NAME + 2), st.integers(-(2**40), 2**40), st.floats(), st.floats())
 
 
 @given(st.lists(points_st, max_size=20), st.lists(st.integers(-1, 10**12), max_size=4))
 def test_storable_keeps_every_point_sql_can_hold_as_it_is(points: list[FoundPoint], steps: list[int]) -> None:
     ckpts = [FoundCheckpoint(step, f"ckpt-{i}.pt", 1.0) for i, step in enumerate(steps)]
     kept, kept_ckpts = storable(points, ckpts, now=NOW)
-    holdable = [p for p in points if math.isfinite(p.value) and 0 <= p.step <= MAX_STEP and "\x00" not in p.name]
+    holdable = [p for p in points
+                if math.isfinite(p.value) and 0 <= p.step <= MAX_STEP and 0 < len(p.name) <= MAX_NAME and "\x00" not in p.name]
     assert [(p.name, p.step, p.value) for p in kept] == [(p.name, p.step, p.value) for p in holdable]
     assert [p.time for p in kept] == [p.time if math.isfinite(p.time) else NOW for p in holdable]
     assert [c.step for c in kept_ckpts] == [s if s <= MAX_STEP else -1 for s in steps]  # -1: stored at the job's step
