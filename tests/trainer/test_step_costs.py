@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import mmap
 import time
 
 import pytest
@@ -34,8 +35,11 @@ def test_the_system_sampler_reads_at_most_once_an_interval() -> None:
     first = sampler.sample()
     assert len(first) == len(sampler.names) and first[CPU_NAMES.index("sys/rss_bytes")] > 10e6
     assert sampler.sample() is first  # within the interval: the same reading, no syscall
-    ballast = bytearray(64 << 20)  # the next reading must see this process grow
-    ballast[::4096] = b"x" * len(ballast[::4096])
+    # The next reading must see this process grow: fresh anonymous pages, each written once (a bytearray's memory can
+    # come from what malloc already holds resident after earlier tests in this process: CI once saw no growth).
+    ballast = mmap.mmap(-1, 64 << 20)
+    for page in range(0, len(ballast), mmap.PAGESIZE):
+        ballast[page] = 1
     time.sleep(0.25)
     again = sampler.sample()
     assert again is not first
