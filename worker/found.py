@@ -1,5 +1,6 @@
 """What a job wrote without the SDK, found in its run directory each supervisor tick: TensorBoard, Weights & Biases
-and MLflow scalars (worker/tb_tail.py, worker/wandb_tail.py, worker/mlflow_tail.py) and framework checkpoints
+and MLflow scalars and the Hugging Face Trainer's own log (worker/tb_tail.py, worker/wandb_tail.py,
+worker/mlflow_tail.py, worker/hf_state_tail.py) and framework checkpoints
 (worker/checkpoints_found.py), stored through jobs/store/ingest_found.py. Nothing here is required of the job: a
 script that writes none of it costs one directory walk every few seconds."""
 
@@ -21,6 +22,7 @@ from jobs.store.ingest_found import FoundCheckpoint, FoundPoint, ingest_found, l
 from jobspec.resume_args import render
 from jobspec.spec import AnySpec, ScriptJobSpec
 from worker import checkpoints_found, step_inside, workdir
+from worker.hf_state_tail import TrainerStateTail
 from worker.mlflow_tail import MlflowFilesTail, MlflowTail
 from worker.run_files import RESCAN_S, FileTail, Listing, Point
 from worker.tb_tail import TensorBoardTail
@@ -32,13 +34,14 @@ T = TypeVar("T")
 
 
 class MetricTails:
-    """The tails of the metric files a job writes (TensorBoard's, W&B's, MLflow's), read as one: ``ack`` confirms the points of
-    the last ``read`` in the order it returned them."""
+    """The tails of the metric files a job writes (TensorBoard's, W&B's, MLflow's, the Hugging Face Trainer's state), read
+    as one: ``ack`` confirms the points of the last ``read`` in the order it returned them."""
 
     def __init__(self, run_dir: Path, rescan_s: float):
         self.run_dir = run_dir
         self.tails: tuple[FileTail, ...] = (TensorBoardTail(run_dir, rescan_s), WandbTail(run_dir, rescan_s),
-                                            MlflowTail(run_dir, rescan_s), MlflowFilesTail(run_dir, rescan_s))
+                                            MlflowTail(run_dir, rescan_s), MlflowFilesTail(run_dir, rescan_s),
+                                            TrainerStateTail(run_dir, rescan_s))
         self._unacked = [0] * len(self.tails)
 
     @property
