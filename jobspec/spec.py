@@ -44,6 +44,7 @@ from pydantic import (
 )
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from jobspec.output_metrics import MAX_TEMPLATE_CHARS, MAX_TEMPLATES, template_problem
 from jobspec.paths import resolve_entrypoint as resolve_entrypoint
 from jobspec.requirements import MAX_REQUIREMENT_CHARS, MAX_REQUIREMENTS
 from jobspec.rules import ARGS_TOTAL_MAX, SpecError, SpecLimits, spec_problems
@@ -266,6 +267,24 @@ class ScriptCheckpointSpec(_Strict):
     )
 
 
+def _output_template(value: str) -> str:
+    if (problem := template_problem(value)) is not None:
+        raise PydanticCustomError("output_template", "{problem}", {"problem": problem})
+    return value
+
+
+OutputTemplate = Annotated[str, StringConstraints(min_length=1, max_length=MAX_TEMPLATE_CHARS), AfterValidator(_output_template)]
+
+
+class ScriptMetricsSpec(_Strict):
+    from_output: list[OutputTemplate] = Field(
+        default_factory=list, max_length=MAX_TEMPLATES,
+        description="Templates of lines the script prints on rank 0, naming their numbers: 'iter {step}: loss "
+                    "{train/loss}, time {time_ms}ms'. '{step}' is the step, '{name}' a metric, '{_}' a number not kept; "
+                    "each match becomes metric points (docs/porting.md).",
+    )
+
+
 class ScriptJobSpec(JobBase):
     """The user's own training script (a .py file or a module under the code root: the job's uploaded ``code``
     bundle, else TORCHYARD_CODE_DIR; or an installed module the operator lists in TORCHYARD_SCRIPT_MODULES)
@@ -302,6 +321,8 @@ class ScriptJobSpec(JobBase):
     )
     checkpoint: ScriptCheckpointSpec = Field(default_factory=ScriptCheckpointSpec,
                                              description="Where the script's own checkpoints are, beyond the frameworks' layouts.")
+    metrics: ScriptMetricsSpec = Field(default_factory=ScriptMetricsSpec,
+                                       description="Metrics the script only prints, read from its output.")
 
 
 def _spec_kind(value: Any) -> str:

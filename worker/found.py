@@ -1,14 +1,14 @@
 """What a job wrote without the SDK, found in its run directory each supervisor tick: TensorBoard, Weights & Biases
-and MLflow scalars and the Hugging Face Trainer's own log (worker/tb_tail.py, worker/wandb_tail.py,
-worker/mlflow_tail.py, worker/hf_state_tail.py) and framework checkpoints
-(worker/checkpoints_found.py), stored through jobs/store/ingest_found.py. Nothing here is required of the job: a
+and MLflow scalars, the Hugging Face Trainer's own log and what the spec's templates find in rank 0's output
+(worker/tb_tail.py, worker/wandb_tail.py, worker/mlflow_tail.py, worker/hf_state_tail.py, worker/output_tail.py) and
+framework checkpoints (worker/checkpoints_found.py), stored through jobs/store/ingest_found.py. Nothing here is required of the job: a
 script that writes none of it costs one directory walk every few seconds."""
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -19,11 +19,13 @@ from sqlmodel import Session
 
 from jobs.settings import Settings
 from jobs.store.ingest_found import FoundCheckpoint, FoundPoint, ingest_found, last_found_seq
+from jobspec.output_metrics import Template, compile_template
 from jobspec.resume_args import render
 from jobspec.spec import AnySpec, ScriptJobSpec
 from worker import checkpoints_found, step_inside, workdir
 from worker.hf_state_tail import TrainerStateTail
 from worker.mlflow_tail import MlflowFilesTail, MlflowTail
+from worker.output_tail import OutputMetricsTail
 from worker.run_files import RESCAN_S, FileTail, Listing, Point
 from worker.tb_tail import TensorBoardTail
 from worker.wandb_tail import WandbTail
@@ -37,11 +39,13 @@ class MetricTails:
     """The tails of the metric files a job writes (TensorBoard's, W&B's, MLflow's, the Hugging Face Trainer's state), read
     as one: ``ack`` confirms the points of the last ``read`` in the order it returned them."""
 
-    def __init__(self, run_dir: Path, rescan_s: float):
+    def __init__(self, run_dir: Path, rescan_s: float, templates: Sequence[Template] = ()):
         self.run_dir = run_dir
         self.tails: tuple[FileTail, ...] = (TensorBoardTail(run_dir, rescan_s), WandbTail(run_dir, rescan_s),
                                             MlflowTail(run_dir, rescan_s), MlflowFilesTail(run_dir, rescan_s),
                                             TrainerStateTail(run_dir, rescan_s))
+        if templates:
+            self.tails += (OutputMetricsTail(run_dir, templates, rescan_s),)
         self._unacked = [0] * len(self.tails)
 
     @property
@@ -65,7 +69,7 @@ class MetricTails:
 
 class Found:
     def __init__(self, run_dir: Path, patterns: list[str] | None = None, since: float = 0.0, rescan_s: float = RESCAN_S,
-                 enabled: bool = True, glob_root: Callable[[], Path] | None = None):
+                 enabled: bool = True, glob_root: Callable[[], Path] | None = None, templates: Sequence[Template] = ()):
         self.run_dir = run_dir
         # Where the script runs, so where its checkpoint.discover globs are matched: asked at each scan, since the
         # working directory is made after the attempt starts (worker/workdir.py).
@@ -74,7 +78,7 @@ class Found:
         self.patterns = patterns or []
         self.since = since  # checkpoints older than the job are not its own
         self.rescan_s = rescan_s
-        self.metrics = MetricTails(run_dir, rescan_s)
+        self.metrics = MetricTails(run_dir, rescan_s, templates)
         self.seq: int | None = None  # the last found seq stored, read from SQL on first use
         self.stored: dict[Path, tuple[float, int | None]] = {}  # checkpoints stored: their mtime and step
         self._next_scan = 0.0
@@ -188,4 +192,5 @@ def found_in_run(settings: Settings, run_dir: Path, spec: AnySpec, created_at: d
     if not isinstance(spec, ScriptJobSpec):
         return Found(run_dir, enabled=False)
     return Found(run_dir, spec.checkpoint.discover, since=created_at.timestamp() - 1,
-                 glob_root=lambda: workdir.working_dir(settings, spec, run_dir))
+                 glob_root=lambda: workdir.working_dir(settings, spec, run_dir),
+                 templates=[compile_template(t) for t in spec.metrics.from_output])

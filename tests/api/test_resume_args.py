@@ -1,5 +1,5 @@
-"""resume_args and checkpoint.discover at submission (a malformed template or an escaping glob is a 422
-naming the field, and nothing is created), and a found directory checkpoint downloaded as a tar."""
+"""resume_args, checkpoint.discover and metrics.from_output at submission (a malformed template or an escaping
+glob is a 422 naming the field, and nothing is created), and a found directory checkpoint downloaded as a tar."""
 
 from __future__ import annotations
 
@@ -23,6 +23,8 @@ from jobs.store.models import Job
     ({"resume_args": ["--ckpt_path={checkpoint"]}, "resume_args.0"),
     ({"checkpoint": {"discover": ["../other/*.pt"]}}, "checkpoint.discover.0"),
     ({"checkpoint": {"discover": ["/etc/*"]}}, "checkpoint.discover.0"),
+    ({"metrics": {"from_output": ["iter {step}: loss {loss}", "loss {loss}"]}}, "metrics.from_output.1"),
+    ({"metrics": {"from_output": ["iter {step}: loss {loss"]}}, "metrics.from_output.0"),
 ])
 def test_malformed_resume_args_or_discover_is_422_naming_the_field(client: TestClient, settings: Settings, change: dict,
                                                                     field: str) -> None:

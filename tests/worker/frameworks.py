@@ -41,8 +41,11 @@ NANOGPT_TRAIN = textwrap.dedent('''
     writer = SummaryWriter(f"tb/attempt{os.environ['TORCHYARD_ATTEMPT']}")
     while iter_num < max_iters:
         iter_num += 1
+        t0 = time.time()
         writer.add_scalar("loss", 1.0 / iter_num, iter_num)
         writer.flush()
+        dt = time.time() - t0
+        print(f"iter {iter_num}: loss {1.0 / iter_num:.4f}, time {dt*1000:.2f}ms, mfu {-100.0:.2f}%", flush=True)  # nanoGPT's line
         if iter_num % 10 == 0:
             torch.save({"model": {"w": torch.zeros(4)}, "iter_num": iter_num, "best_val_loss": 1.0},
                        os.path.join(out_dir, "ckpt.pt"))

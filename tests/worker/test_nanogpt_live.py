@@ -1,5 +1,6 @@
 """A nanoGPT-shaped repository submitted unchanged with --workdir: it writes ``out/ckpt.pt`` (a dict holding
-``iter_num``) relative to where it runs and resumes with ``--init_from=resume``. With ``checkpoint: {discover:
+``iter_num``) relative to where it runs, resumes with ``--init_from=resume``, and prints nanoGPT's ``iter N: loss
+...`` line, whose numbers ``metrics.from_output`` names. With ``checkpoint: {discover:
 ["out/*.pt"]}`` its checkpoint is listed at the script's own step, and after the worker is SIGKILLed mid-run
 the next attempt gets its resume_args and trains every step once. A resume that finds no checkpoint says so
 on the attempt."""
@@ -33,7 +34,8 @@ def test_nanogpt_layout_resumes_from_its_own_checkpoint_after_a_worker_kill(serv
     with Client(services.url, services.headers["Authorization"].removeprefix("Bearer ")) as sdk:
         code = sdk.upload_code(repo).digest
     spec = {"kind": "script", "name": "nano", "entrypoint": "train.py", "code": code, "resume_args": ["--init_from=resume"],
-            "checkpoint": {"discover": ["out/*.pt"]}}
+            "checkpoint": {"discover": ["out/*.pt"]},
+            "metrics": {"from_output": ["iter {step}: loss {train/loss}, time {time_ms}ms, mfu {mfu}%"]}}
     with services.client() as client:
         created = client.post("/v1/jobs", json=spec)
         assert created.status_code == 201, created.text
@@ -54,6 +56,11 @@ def test_nanogpt_layout_resumes_from_its_own_checkpoint_after_a_worker_kill(serv
         points = client.get(f"/v1/jobs/{job_id}/metrics", params={"name": "loss"}).json()["items"]
         assert [p["step"] for p in points] == list(range(1, 41))  # every step once
         assert [c["step"] for c in checkpoints(client, job_id)][-1] == 40
+        # What it only prints, named by the spec's template: every step once, across the kill, as printed.
+        printed = client.get(f"/v1/jobs/{job_id}/metrics", params={"name": "train/loss", "limit": 1000}).json()["items"]
+        assert [(p["step"], p["value"]) for p in printed] == [(s, round(1.0 / s, 4)) for s in range(1, 41)]
+        mfu = client.get(f"/v1/jobs/{job_id}/metrics", params={"name": "mfu", "limit": 1000}).json()["items"]
+        assert {p["value"] for p in mfu} == {-100.0} and len(mfu) == 40
 
         # A retry that finds no checkpoint runs without its resume_args and says so on the attempt.
         created = client.post("/v1/jobs", json={**spec, "name": "nano-fails", "retries": 1, "env": {"APP_FAIL_FIRST": "1"}})

@@ -1,0 +1,62 @@
+"""``metrics.from_output`` templates: a line printed with Python's own formatting reads back as the numbers that
+were formatted, at the step printed; a template that could not work is refused in words that say how to fix it."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from jobspec.output_metrics import compile_template, template_problem
+
+NANOGPT = "iter {step}: loss {train/loss}, time {time_ms}ms, mfu {mfu}%"
+WORD_LANGUAGE_MODEL = "| epoch {epoch} | {step}/ {_} batches | lr {lr} | ms/batch {ms} | loss {loss} | ppl {ppl}"
+
+
+def test_the_lines_of_public_scripts_read_back_as_their_numbers() -> None:
+    # nanoGPT's train.py and pytorch/examples' word_language_model/main.py, as they print.
+    assert compile_template(NANOGPT).points("iter 10: loss 4.2345, time 120.00ms, mfu -100.00%") == [
+        ("train/loss", 10, 4.2345), ("time_ms", 10, 120.0), ("mfu", 10, -100.0)]
+    line = "| epoch   1 |   200/ 2983 batches | lr 20.00 | ms/batch 45.24 | loss  7.60 | ppl  2000.59"
+    assert compile_template(WORD_LANGUAGE_MODEL).points(line) == [
+        ("epoch", 200, 1.0), ("lr", 200, 20.0), ("ms", 200, 45.24), ("loss", 200, 7.6), ("ppl", 200, 2000.59)]
+    # Anywhere in a line, every time it matches, and not in a line of another shape.
+    assert compile_template("step {step} loss {loss}").points("[12:00] step 3 loss 0.5; step 4 loss 0.25") == [
+        ("loss", 3, 0.5), ("loss", 4, 0.25)]
+    assert compile_template(NANOGPT).points("step 10: train loss 4.2, val loss 4.3") == []
+    # A diverged loss is a number too (a gap in the curve once stored), and braces the line has are written twice.
+    [(_, _, value)] = compile_template("{{step={step}}} loss={loss}").points("{step=7} loss=nan")
+    assert math.isnan(value)
+
+
+@pytest.mark.parametrize(("template", "says"), [
+    ("loss {loss}", "needs '{step}' once"),
+    ("{step} {step} {loss}", "named twice"),
+    ("step {step}", "names no metric"),
+    ("step {step} {_}", "names no metric"),
+    ("{step}{loss}", "nothing between them"),
+    ("step {step} loss {the loss}", "is no metric name"),
+    ("step {step} loss {loss", "a lone '{'"),
+    ("step {step} loss} {loss}", "a lone '}'"),
+])
+def test_a_template_that_cannot_work_says_why(template: str, says: str) -> None:
+    problem = template_problem(template)
+    assert problem is not None and says in problem, problem
+
+
+_names = st.text(alphabet="abcdefghijklmnopqrstuvwxyz_/.", min_size=1, max_size=12).filter(lambda n: n not in ("step", "_"))
+_separators = st.text(alphabet="abc :,|=%-", min_size=1, max_size=5).filter(lambda s: s.strip() != "" and "-" not in s[-1:])
+_formats = st.sampled_from(["{}", "{:.4f}", "{:8.2f}", "{:.3e}", "{:g}"])
+_values = st.floats(min_value=-1e6, max_value=1e6, allow_nan=False)
+
+
+@given(st.lists(st.tuples(_names, _separators, _formats, _values), min_size=1, max_size=4, unique_by=lambda t: t[0]),
+       st.integers(0, 10**9), st.text(alphabet="xyz[]: ", max_size=8))
+def test_a_line_printed_with_python_formatting_reads_back_as_the_numbers_formatted(
+        metrics: list[tuple[str, str, str, float]], step: int, before: str) -> None:
+    template = "step {step}" + "".join(f"{sep}{{{name}}}" for name, sep, _, _ in metrics)
+    line = before + f"step {step}" + "".join(f"{sep}{fmt.format(value)}" for _, sep, fmt, value in metrics)
+    expected = [(name, step, float(fmt.format(value))) for name, _, fmt, value in metrics]
+    assert compile_template(template).points(line) == expected
