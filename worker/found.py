@@ -1,8 +1,9 @@
-"""What a job wrote without the SDK, found in its run directory each supervisor tick: TensorBoard, Weights & Biases
-and MLflow scalars, the Hugging Face Trainer's own log and what the spec's templates find in rank 0's output
-(worker/tb_tail.py, worker/wandb_tail.py, worker/mlflow_tail.py, worker/hf_state_tail.py, worker/output_tail.py) and
-framework checkpoints (worker/checkpoints_found.py), stored through jobs/store/ingest_found.py. Nothing here is required of the job: a
-script that writes none of it costs one directory walk every few seconds."""
+"""What a job wrote without the SDK, found in its run directory each supervisor tick: TensorBoard, Weights & Biases,
+MLflow and Lightning CSVLogger scalars, the Hugging Face Trainer's own log and what the spec's templates find in rank
+0's output (worker/tb_tail.py, worker/wandb_tail.py, worker/mlflow_tail.py, worker/csv_tail.py,
+worker/hf_state_tail.py, worker/output_tail.py) and framework checkpoints (worker/checkpoints_found.py), stored
+through jobs/store/ingest_found.py. Nothing here is required of the job: a script that writes none of it costs one
+directory walk every few seconds."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from jobspec.output_metrics import Template, compile_template
 from jobspec.resume_args import render
 from jobspec.spec import AnySpec, ScriptJobSpec
 from worker import checkpoints_found, step_inside, workdir
+from worker.csv_tail import CsvLoggerTail
 from worker.hf_state_tail import TrainerStateTail
 from worker.mlflow_tail import MlflowFilesTail, MlflowTail
 from worker.output_tail import OutputMetricsTail
@@ -36,14 +38,14 @@ T = TypeVar("T")
 
 
 class MetricTails:
-    """The tails of the metric files a job writes (TensorBoard's, W&B's, MLflow's, the Hugging Face Trainer's state), read
-    as one: ``ack`` confirms the points of the last ``read`` in the order it returned them."""
+    """The tails of the metric files a job writes (TensorBoard's, W&B's, MLflow's, Lightning's CSV, the Hugging Face
+    Trainer's state), read as one: ``ack`` confirms the points of the last ``read`` in the order it returned them."""
 
     def __init__(self, run_dir: Path, rescan_s: float, templates: Sequence[Template] = ()):
         self.run_dir = run_dir
         self.tails: tuple[FileTail, ...] = (TensorBoardTail(run_dir, rescan_s), WandbTail(run_dir, rescan_s),
                                             MlflowTail(run_dir, rescan_s), MlflowFilesTail(run_dir, rescan_s),
-                                            TrainerStateTail(run_dir, rescan_s))
+                                            TrainerStateTail(run_dir, rescan_s), CsvLoggerTail(run_dir, rescan_s))
         if templates:
             self.tails += (OutputMetricsTail(run_dir, templates, rescan_s),)
         self._unacked = [0] * len(self.tails)

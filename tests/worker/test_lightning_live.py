@@ -1,16 +1,30 @@
 """A Lightning script, unchanged, as a 2-rank CPU script job: TensorBoardLogger and ModelCheckpoint as a
 user writes them, metrics from its event files in the API, its checkpoints listed and downloadable, and
-after the worker is SIGKILLed the next attempt resumes through ``resume_args`` (``--ckpt_path``).
-Runs where Lightning is installed (the ``test`` extra pins it)."""
+after the worker is SIGKILLed the next attempt resumes through ``resume_args`` (``--ckpt_path``); and
+what its CSVLogger writes instead, as the job's metrics. Runs where Lightning is installed (the ``test`` extra pins
+it)."""
 
 from __future__ import annotations
 
+import csv
 import textwrap
+from pathlib import Path
 
 import pytest
 
 from tests.helpers import Services
-from tests.worker.frameworks import LIGHTNING_REGRESSION, checkpoints, killed_and_resumed, killed_and_resumed_logs, ranks_path
+from tests.worker.frameworks import (
+    LIGHTNING_REGRESSION,
+    LOGGED_STEPS,
+    checkpoints,
+    killed_and_resumed,
+    killed_and_resumed_logs,
+    lightning_logging,
+    metric_points,
+    ranks_path,
+    submit_script,
+    wait_succeeded,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -39,6 +53,7 @@ SCRIPT = textwrap.dedent('''
     trainer.fit(Regression(), DataLoader(data, batch_size=32), ckpt_path=args.ckpt_path)
 ''')
 STEPS_PER_EPOCH = 4  # 256 samples / 2 ranks / batch 32
+CSV_LOGGING = lightning_logging("from lightning.pytorch.loggers import CSVLogger", 'CSVLogger(".")')
 
 
 @pytest.fixture
@@ -62,3 +77,18 @@ def test_lightning_script_unchanged_metrics_checkpoints_and_resume(services: Ser
         assert total in steps and all(s % STEPS_PER_EPOCH == 0 for s in steps)
         final = client.get(f"/v1/jobs/{job_id}/checkpoints/{total}/weights")
         assert final.status_code == 200 and len(final.content) > 0
+
+
+def test_what_lightnings_csv_logger_writes_is_the_jobs_metrics(services: Services) -> None:
+    lightning = pytest.importorskip("lightning")
+    (services.settings.code_dir / "csv_logging.py").write_text(CSV_LOGGING)
+    services.start_api()
+    services.start_worker(PYTHONPATH=ranks_path(lightning))
+    with services.client() as client:
+        job = wait_succeeded(services, client, submit_script(client, "csv", "csv_logging.py"))
+        # CSVLogger flushes every 100 steps: this run's file is written once, as the ranks end, and read after them.
+        written = Path(job["run_dir"]) / "workdir" / "lightning_logs" / "version_0" / "metrics.csv"
+        with open(written, newline="") as f:
+            logged = [(int(row["step"]), float(row["train_loss"])) for row in csv.DictReader(f) if row["train_loss"]]
+        assert [step for step, _ in logged] == list(range(1, LOGGED_STEPS, 2))
+        assert metric_points(client, job["id"], "train_loss") == logged

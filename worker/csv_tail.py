@@ -1,0 +1,95 @@
+"""Metrics Lightning's ``CSVLogger`` writes: ``metrics.csv``, a header of every key logged so far (``step`` among
+them) and a row a ``log_metrics`` call, the cells of keys not logged in that call empty.
+
+Lightning appends rows as it flushes (every ``flush_logs_every_n_steps``, and at the end), and when a key appears
+that the header lacks (``val_loss`` at the first validation) it writes the whole file again under the wider header.
+The tail reads the rows appended since its last read; a file that shrank or whose header changed is read again from
+its start, and a value read already at a name and step is not offered twice. Only whole lines are read.
+"""
+
+from __future__ import annotations
+
+import csv
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO
+
+from jobs.store.ingest_found import MAX_STEP
+from worker.run_files import FileTail, Point, open_in
+
+log = logging.getLogger(__name__)
+
+CSV_FILE = "metrics.csv"
+STEP_COLUMN = "step"
+MAX_READ = 4 << 20  # bytes read from one file per tick; the rest waits for the next
+MAX_HEADER = 64 << 10
+
+
+def row_points(header: list[str], row: list[str], when: float) -> list[Point]:
+    """The numbers of one row at its ``step`` (pure); a row without a whole step, and cells that are no number, give
+    nothing. A diverged value (``nan``) is a point: it is a gap once stored (jobs/store/ingest_found.py)."""
+    if len(row) != len(header) or STEP_COLUMN not in header:
+        return []
+    cells = dict(zip(header, row, strict=True))
+    try:
+        step = int(cells.pop(STEP_COLUMN))
+    except ValueError:
+        return []
+    if not 0 <= step <= MAX_STEP:
+        return []
+    points = []
+    for name, cell in cells.items():
+        try:
+            value = float(cell)
+        except ValueError:
+            continue  # empty: not logged in this call
+        if name:
+            points.append(Point(name, step, value, when))
+    return points
+
+
+@dataclass
+class _Csv:
+    handle: BinaryIO
+    header: bytes = b""
+    offset: int = 0  # of the first byte not yet read as a whole line
+    emitted: dict[tuple[str, int], float] = field(default_factory=dict)
+
+
+class CsvLoggerTail(FileTail[_Csv]):
+    """Follows the ``metrics.csv`` files under ``root``."""
+
+    def matches(self, name: str) -> bool:
+        return name == CSV_FILE
+
+    def open(self, path: Path) -> _Csv:
+        return _Csv(open_in(self.root, path))
+
+    def new_points(self, path: Path, state: _Csv) -> list[Point]:
+        try:
+            st = os.fstat(state.handle.fileno())
+            start = os.pread(state.handle.fileno(), MAX_HEADER, 0)
+            if b"\n" not in start:
+                return []  # no whole header yet
+            header = start.split(b"\n", 1)[0]
+            if header != state.header or st.st_size < state.offset:
+                # Written again under a new header (or cut): every row again; what was offered already is skipped.
+                state.header, state.offset = header, len(header) + 1
+            data = os.pread(state.handle.fileno(), MAX_READ, state.offset)
+        except OSError as exc:
+            log.warning("%s: %s", path, exc)
+            return []
+        whole = data[:data.rfind(b"\n") + 1]
+        state.offset += len(whole)
+        if not whole:
+            return []
+        names = next(csv.reader([state.header.decode("utf-8", "replace")]), [])
+        points = []
+        for row in csv.reader(whole.decode("utf-8", "replace").splitlines()):
+            for p in row_points(names, row, st.st_mtime):
+                if state.emitted.get((p.name, p.step)) != p.value:
+                    state.emitted[(p.name, p.step)] = p.value
+                    points.append(p)
+        return points
