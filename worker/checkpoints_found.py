@@ -38,7 +38,8 @@ SKIP_DIRS = frozenset({"logs", ".git", ".venv", "venv", "site-packages", "__pyca
 MAX_WALK = 20_000
 MAX_FOUND = 1_000
 _STEP = re.compile(r"(?:^|[^a-z])step[=_-]?(\d{1,12})", re.IGNORECASE)
-_HF_DIR = re.compile(r"^checkpoint-(\d{1,12})$")
+HF_CHECKPOINT_DIR = re.compile(r"^checkpoint-(\d{1,12})$")
+TRAINER_STATE = "trainer_state.json"  # the Hugging Face Trainer writes it last into each checkpoint-N/
 _NUMBER = re.compile(r"(\d{1,12})")
 _ACCELERATE_MODEL = ("model.safetensors", "pytorch_model.bin", "optimizer.bin")
 MAX_TRAINER_STATE = 64 << 20  # its log_history grows with the run: a longer one is not JSON that ends, and names no step
@@ -56,7 +57,7 @@ def step_from_name(name: str, kind: str) -> int | None:
     """The step a checkpoint's name says, when it says one (pure)."""
     if (m := _STEP.search(name)) is not None:
         return int(m.group(1))
-    if kind == "huggingface" and (m := _HF_DIR.match(name)) is not None:
+    if kind == "huggingface" and (m := HF_CHECKPOINT_DIR.match(name)) is not None:
         return int(m.group(1))
     if kind in ("accelerate", "glob"):
         stem = name.split(".", 1)[0] if kind == "glob" else name
@@ -95,7 +96,7 @@ def whole_zip(root: Path, path: Path) -> bool:
 
 def _hf_step(root: Path, path: Path) -> int | None:
     try:
-        with open_in(root, path / "trainer_state.json") as f:
+        with open_in(root, path / TRAINER_STATE) as f:
             step = json.loads(f.read(MAX_TRAINER_STATE)).get("global_step")
     except (OSError, ValueError, AttributeError):
         return None
@@ -103,7 +104,7 @@ def _hf_step(root: Path, path: Path) -> int | None:
 
 
 def _classify_dir(path: Path, names: set[str]) -> str | None:
-    if _HF_DIR.match(path.name) and "trainer_state.json" in names:
+    if HF_CHECKPOINT_DIR.match(path.name) and TRAINER_STATE in names:
         return "huggingface"
     if "random_states_0.pkl" in names and any(n in names for n in _ACCELERATE_MODEL):
         return "accelerate"

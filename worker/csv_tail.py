@@ -17,13 +17,12 @@ from pathlib import Path
 from typing import BinaryIO
 
 from jobs.store.ingest_found import MAX_STEP
-from worker.run_files import FileTail, Point, open_in
+from worker.run_files import MAX_READ, FileTail, Point, open_in
 
 log = logging.getLogger(__name__)
 
 CSV_FILE = "metrics.csv"
 STEP_COLUMN = "step"
-MAX_READ = 4 << 20  # bytes read from one file per tick; the rest waits for the next
 MAX_HEADER = 64 << 10
 
 

@@ -21,20 +21,17 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from jobs.store.ingest_found import MAX_STEP
+from worker.checkpoints_found import HF_CHECKPOINT_DIR, MAX_TRAINER_STATE, TRAINER_STATE
 from worker.run_files import MAX_WALK, FileTail, Listing, Point, open_in
 
 log = logging.getLogger(__name__)
 
-STATE_FILE = "trainer_state.json"
-MAX_STATE = 64 << 20  # log_history grows with the run; a larger file is not read (and the log says so)
-_CHECKPOINT_DIR = re.compile(r"^checkpoint-(\d{1,12})$")
 
 
 def metric_name(key: str) -> str:
@@ -88,7 +85,7 @@ class TrainerStateTail(FileTail[_State]):
         self.retired: set[Path] = set()  # older checkpoints of an output directory whose newer one was read
 
     def matches(self, name: str) -> bool:
-        return name == STATE_FILE
+        return name == TRAINER_STATE
 
     def candidates(self, listing: Listing) -> list[Path]:
         # Oldest checkpoint first: each holds the history so far, so the newest read is what stays.
@@ -109,13 +106,13 @@ class TrainerStateTail(FileTail[_State]):
         signature = (st.st_size, st.st_mtime_ns)
         if signature == state.signature:
             return []
-        if st.st_size > MAX_STATE:
-            log.warning("%s: %d bytes, more than the %d read; its log_history is not read", path, st.st_size, MAX_STATE)
+        if st.st_size > MAX_TRAINER_STATE:
+            log.warning("%s: %d bytes, more than the %d read; its log_history is not read", path, st.st_size, MAX_TRAINER_STATE)
             state.signature = signature
             return []
         try:
             with open_in(self.root, path) as f:
-                history = json.loads(f.read(MAX_STATE)).get("log_history")
+                history = json.loads(f.read(MAX_TRAINER_STATE)).get("log_history")
         except (OSError, ValueError, AttributeError):
             return []  # not there any more, or cut off by a write still under way: read on a later tick
         state.signature = signature
@@ -143,5 +140,5 @@ def _reading_order(path: Path) -> tuple[int, str]:
 
 
 def _checkpoint_number(folder: Path) -> int | None:
-    m = _CHECKPOINT_DIR.match(folder.name)
+    m = HF_CHECKPOINT_DIR.match(folder.name)
     return int(m.group(1)) if m is not None else None

@@ -21,12 +21,11 @@ from typing import BinaryIO
 
 from jobspec.output_metrics import MAX_LINE_CHARS, Template
 from jobspec.rank_logs import MERGED_LOG
-from worker.run_files import FileTail, Listing, Point, open_in
+from worker.run_files import MAX_READ, FileTail, Listing, Point, open_in
 
 log = logging.getLogger(__name__)
 
 RANK_ZERO = b"[rank 0] "  # trainer/rank_output.py's prefix of global rank 0's lines in the node's merged log
-MAX_READ = 4 << 20  # bytes read from one log per tick; the rest waits for the next
 MAX_PARTIAL = 64 << 10  # an unfinished line kept this long is matched as it stands
 _ATTEMPT = re.compile(r"^attempt-(\d{1,9})$")
 

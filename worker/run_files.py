@@ -29,6 +29,7 @@ OWN_MIRROR = Path("artifacts") / "tensorboard"
 SKIP_PATHS = frozenset({OWN_MIRROR, Path(CODE_DIR_NAME)})
 MAX_FILES = 256  # files followed per job and kind; a job writing more gets the first ones found
 MAX_WALK = 20_000  # directory entries looked at per scan
+MAX_READ = 4 << 20  # bytes a tail reads from one growing file per tick; the rest waits for the next
 RESCAN_S = 2.0  # how often the tree is walked for new files; known files are read every tick
 
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from jobs.store.ingest_found import MAX_STEP
-from worker.run_files import FileTail, Point, open_in
+from worker.run_files import MAX_READ, FileTail, Point, open_in
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,6 @@ FILE_HEADER = b":W&B" + struct.pack("<HB", 0xBEE1, 0)
 BLOCK = 32 * 1024
 CHUNK_HEADER = struct.Struct("<IHB")  # crc32, length, type
 FULL, FIRST, MIDDLE, LAST = 1, 2, 3, 4
-MAX_READ = 4 * 1024 * 1024  # bytes read from one file per tick; the rest waits for the next
 MAX_RECORD = 64 * 1024 * 1024  # a record longer is no history row wandb writes: the file is read no further
 
 # Field numbers of wandb_internal.proto.
