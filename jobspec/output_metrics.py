@@ -8,6 +8,8 @@ Most training scripts on GitHub report by printing: nanoGPT's ``iter 10: loss 4.
 ``{step}`` is the step (a whole number), every other ``{name}`` a metric (any number: ``4.2``, ``-1e-3``, ``nan``),
 ``{_}`` a number that is not kept, and ``{{``/``}}`` a literal brace. The template matches anywhere in a line;
 whitespace in it matches any run of whitespace, and a number may be padded with spaces before it (``| loss  7.60``).
+A template without ``{step}`` (a script that prints ``loss 0.53`` alone, or a step that starts again each epoch)
+numbers its matches in order instead: the first is step 1 (worker/output_tail.py counts them).
 
 Templates become regular expressions built here from escaped text and fixed number patterns, never the user's own
 regular expression: every piece is a plain run of one character class, and two numbers always have text between
@@ -39,15 +41,22 @@ class Template:
     pattern: re.Pattern[str]
     names: tuple[str, ...]
 
-    def points(self, line: str) -> list[tuple[str, int, float]]:
-        """The (metric, step, value) each match in ``line`` gives (pure)."""
+    def readings(self, line: str) -> list[tuple[int | None, list[tuple[str, float]]]]:
+        """Each match in ``line``: the step it names (None for a template without ``{step}``) and its metrics' values
+        (pure)."""
         found = []
         for match in self.pattern.finditer(line[:MAX_LINE_CHARS]):
-            step = int(match.group(self.names.index(STEP) + 1))
-            for name, value in zip(self.names, match.groups(), strict=True):
-                if name not in (STEP, SKIP):
-                    found.append((name, step, float(value)))
+            step = int(match.group(self.names.index(STEP) + 1)) if STEP in self.names else None
+            values = [(name, float(value)) for name, value in zip(self.names, match.groups(), strict=True)
+                      if name not in (STEP, SKIP)]
+            found.append((step, values))
         return found
+
+    def points(self, line: str, first_step: int = 1) -> list[tuple[str, int, float]]:
+        """The (metric, step, value) each match in ``line`` gives; without ``{step}``, the matches are steps
+        ``first_step``, ``first_step + 1``, ... (pure)."""
+        return [(name, first_step + i if step is None else step, value)
+                for i, (step, values) in enumerate(self.readings(line)) for name, value in values]
 
 
 def compile_template(text: str) -> Template:
@@ -79,8 +88,8 @@ def compile_template(text: str) -> Template:
         else:
             parts.append(r"\s+" if piece.isspace() else re.escape(piece[0] if piece in ("{{", "}}") else piece))
             after_number = False
-    if names.count(STEP) != 1:
-        raise ValueError("needs '{step}' once: the whole number the metrics of the line are at")
+    if names.count(STEP) > 1:
+        raise ValueError("'{step}' is named twice")
     if not any(n not in (STEP, SKIP) for n in names):
         raise ValueError("names no metric: add '{name}' where the line has a number to keep")
     return Template(text, re.compile("".join(parts)), tuple(names))

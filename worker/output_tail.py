@@ -1,5 +1,5 @@
 """Metrics a script prints, read from rank 0's lines of the merged log with the spec's ``metrics.from_output``
-templates (jobspec/output_metrics.py).
+templates (jobspec/output_metrics.py); a template without ``{step}`` has its matches numbered in order.
 
 Every attempt's ``logs/attempt-<k>/ranks.log`` is followed, oldest attempt first, as the other tails read every file
 again from its start on a new attempt: a resumed attempt prints its steps after the ones it resumed from, so what it
@@ -30,11 +30,6 @@ MAX_PARTIAL = 64 << 10  # an unfinished line kept this long is matched as it sta
 _ATTEMPT = re.compile(r"^attempt-(\d{1,9})$")
 
 
-def line_points(templates: Sequence[Template], line: str, when: float) -> list[Point]:
-    """What every template finds in one line of rank 0's (pure)."""
-    return [Point(name, step, value, when) for t in templates for name, step, value in t.points(line)]
-
-
 @dataclass
 class _Log:
     handle: BinaryIO
@@ -47,6 +42,9 @@ class OutputMetricsTail(FileTail[_Log]):
     def __init__(self, root: Path, templates: Sequence[Template], rescan_s: float):
         super().__init__(root, rescan_s)
         self.templates = list(templates)
+        # Matches so far of each template without {step}: its steps are their order, across the attempts' logs read
+        # oldest first, so a new reader (the next attempt's, a restarted worker's) numbers the same lines the same.
+        self.counted = [0] * len(self.templates)
 
     def matches(self, name: str) -> bool:
         return name == MERGED_LOG
@@ -83,5 +81,15 @@ class OutputMetricsTail(FileTail[_Log]):
         for line in lines:
             if line.startswith(RANK_ZERO):
                 text = line[len(RANK_ZERO):len(RANK_ZERO) + MAX_LINE_CHARS].decode("utf-8", "replace")
-                points.extend(line_points(self.templates, text, now))
+                points.extend(self._points(text, now))
+        return points
+
+    def _points(self, line: str, when: float) -> list[Point]:
+        points = []
+        for i, template in enumerate(self.templates):
+            for step, values in template.readings(line):
+                if step is None:
+                    self.counted[i] += 1
+                    step = self.counted[i]
+                points.extend(Point(name, step, value, when) for name, value in values)
         return points

@@ -23,7 +23,7 @@ from jobs.store.models import Job
     ({"resume_args": ["--ckpt_path={checkpoint"]}, "resume_args.0"),
     ({"checkpoint": {"discover": ["../other/*.pt"]}}, "checkpoint.discover.0"),
     ({"checkpoint": {"discover": ["/etc/*"]}}, "checkpoint.discover.0"),
-    ({"metrics": {"from_output": ["iter {step}: loss {loss}", "loss {loss}"]}}, "metrics.from_output.1"),
+    ({"metrics": {"from_output": ["iter {step}: loss {loss}", "loss {loss} avg {loss}"]}}, "metrics.from_output.1"),
     ({"metrics": {"from_output": ["iter {step}: loss {loss"]}}, "metrics.from_output.0"),
 ])
 def test_malformed_resume_args_or_discover_is_422_naming_the_field(client: TestClient, settings: Settings, change: dict,

@@ -31,9 +31,16 @@ def test_the_lines_of_public_scripts_read_back_as_their_numbers() -> None:
     assert math.isnan(value)
 
 
+def test_a_template_without_a_step_numbers_its_matches_in_order() -> None:
+    # A script that prints no step at all (or one that starts again each epoch): the matches are its steps.
+    template = compile_template("loss: {loss}")
+    assert template.points("loss: 0.5 | loss: 0.25", first_step=7) == [("loss", 7, 0.5), ("loss", 8, 0.25)]
+    assert [step for step, _ in template.readings("loss: 0.5")] == [None]
+
+
 @pytest.mark.parametrize(("template", "says"), [
-    ("loss {loss}", "needs '{step}' once"),
     ("{step} {step} {loss}", "named twice"),
+    ("loss {loss} avg {loss}", "named twice"),
     ("step {step}", "names no metric"),
     ("step {step} {_}", "names no metric"),
     ("{step}{loss}", "nothing between them"),

@@ -1,6 +1,7 @@
 """Rank 0's printed lines, as the ranks' merged log holds them, become metric points through the spec's templates:
 only rank 0's, only whole lines, each once, every attempt's log oldest first (a resumed attempt's values are the
-last offered at its steps), and a log swapped for a link or a FIFO is never read."""
+last offered at its steps), a template without a step numbering its lines in order, and a log swapped for a link or
+a FIFO is never read."""
 
 from __future__ import annotations
 
@@ -62,6 +63,26 @@ def test_every_attempt_is_read_oldest_first_so_the_resumed_values_are_the_last_o
         if name == "train/loss":
             last[step] = value
     assert last == {s: round((1 if s <= 10 else 2) / s, 4) for s in range(1, 16)}
+
+
+def test_a_template_without_a_step_numbers_lines_in_order_across_epochs_and_attempts(tmp_path: Path) -> None:
+    # pytorch/examples' word_language_model: the batch number starts again each epoch, so it is no step.
+    template = compile_template("| epoch {epoch} | {_}/ {_} batches | lr {lr} | ms/batch {_} | loss {loss} | ppl {ppl}")
+
+    def line(epoch: int, batch: int, loss: float) -> str:
+        return (f"[rank 0] | epoch {epoch:3d} | {batch:5d}/{300:5d} batches | lr {20:02.2f} | ms/batch {45.2:5.2f} | "
+                f"loss {loss:5.2f} | ppl {2.0 ** loss:8.2f}\n")
+
+    _append(_log(tmp_path, 1), "".join(line(e, b, 9 - e - b / 100) for e in (1, 2) for b in (100, 200, 300)))
+    _append(_log(tmp_path, 2), line(3, 100, 4.0))
+    tail = OutputMetricsTail(tmp_path, [template], rescan_s=0)
+    losses = [(step, value) for name, step, value in _read(tail) if name == "loss"]
+    assert losses == [(1, 7.0), (2, 6.0), (3, 5.0), (4, 6.0), (5, 5.0), (6, 4.0), (7, 4.0)]
+    _append(_log(tmp_path, 2), line(3, 200, 3.5))
+    assert [(s, v) for n, s, v in _read(tail) if n == "loss"] == [(8, 3.5)]
+    # A new reader (the next attempt's, a restarted worker's) numbers the same lines the same.
+    again = [(s, v) for n, s, v in _read(OutputMetricsTail(tmp_path, [template], rescan_s=0)) if n == "loss"]
+    assert again == [*losses, (8, 3.5)]
 
 
 def test_a_log_swapped_for_a_link_or_a_fifo_is_not_read(tmp_path: Path) -> None:
