@@ -1,10 +1,12 @@
 """Lightning's ``CSVLogger`` file, ``metrics.csv``, read as it grows: the real logger writes it, every value comes back
-once at its step, including across the rewrite Lightning does when a new key widens the header; only whole lines
+once at its step, including across the rewrite Lightning does when a new key widens the header; timm's
+``summary.csv`` at its epochs, a resumed run's rewritten rows read again; only whole lines
 count, a file of another shape gives nothing, and a link or a FIFO in its place is not read."""
 
 from __future__ import annotations
 
 import contextlib
+import csv
 import os
 from pathlib import Path
 
@@ -75,6 +77,38 @@ def test_a_link_or_a_fifo_in_the_files_place_is_not_read(tmp_path: Path) -> None
     (job / "metrics.csv").unlink()
     (job / "metrics.csv").symlink_to(other)
     assert _read(tail) == []
+
+
+def _timm_epoch(path: Path, epoch: int, scale: float) -> None:
+    """A row as timm's train.py appends it to summary.csv at the end of an epoch (csv's default dialect: CRLF)."""
+    row = {"epoch": epoch, "train_loss": scale / (epoch + 1), "eval_loss": 1.25 * scale / (epoch + 1), "eval_top1": 10.0 * epoch,
+           "eval_top5": 30.0 + epoch, "lr": 0.1 * scale}
+    new = not path.exists() or path.stat().st_size == 0
+    with open(path, "a") as f:
+        writer = csv.DictWriter(f, fieldnames=list(row))
+        if new:
+            writer.writeheader()
+        writer.writerow(row)
+
+
+def test_timms_summary_is_read_at_its_epochs_and_a_resumed_runs_rows_replace_the_trimmed_ones(tmp_path: Path) -> None:
+    summary = tmp_path / "workdir" / "output" / "train" / "20261207-resnet18" / "summary.csv"
+    summary.parent.mkdir(parents=True)
+    tail = CsvLoggerTail(tmp_path, rescan_s=0)
+    for epoch in range(3):
+        _timm_epoch(summary, epoch, 2.0)
+    points = _read(tail)
+    assert [(s, v) for n, s, v in points if n == "train_loss"] == [(0, 2.0), (1, 1.0), (2, 2.0 / 3)]
+    assert {n for n, _, _ in points} == {"train_loss", "eval_loss", "eval_top1", "eval_top5", "lr"}  # epoch: the step
+    # Resumed from epoch 1: timm first writes the file again with the rows before it, then appends epochs 1.. anew,
+    # which can leave it longer than it was: the rows past the kept ones are read again, not skipped.
+    with open(summary, newline="") as f:
+        header, first, *_ = list(csv.reader(f))
+    with open(summary, "w", newline="") as f:
+        csv.writer(f).writerows([header, first])
+    for epoch in (1, 2, 3):
+        _timm_epoch(summary, epoch, 1.0)
+    assert [(s, v) for n, s, v in _read(tail) if n == "train_loss"] == [(1, 0.5), (2, 1.0 / 3), (3, 0.25)]
 
 
 def test_the_metric_tails_read_csv_files_with_the_others(tmp_path: Path) -> None:
