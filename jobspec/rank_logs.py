@@ -24,6 +24,11 @@ def merged_log_name(node: int) -> str:
     return MERGED_LOG if node == 0 else f"ranks-node-{node}.log"
 
 
+def merged_line_prefix(rank: int | str) -> bytes:
+    """What starts each of a rank's lines in its node's merged log."""
+    return f"[rank {rank}] ".encode()
+
+
 def global_rank(rank_dir: Path) -> int:
     """The global rank whose logs ``rank_dir`` holds: its ``rank`` mark, or for a rank that died before writing one,
     its local rank (the directory's name), which equals the global rank on one node. A mark that is a link is not

@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from jobspec.rank_logs import OUTPUT_LOG, RANK_MARK, merged_log_name
+from jobspec.rank_logs import OUTPUT_LOG, RANK_MARK, merged_line_prefix, merged_log_name
 
 _PARTIAL_MAX = 64 * 1024  # a line longer than this (a progress bar without newlines) is written in pieces
 PROGRESS_EVERY_S = 2.0  # at most one progress-bar redraw per rank per this many seconds in the merged log
@@ -151,7 +151,7 @@ def interleave() -> bool:
     node = int(os.environ.get("GROUP_RANK", "0") or 0)
     log_dir = rank_dir.parents[2]  # <log-dir>/<run id>/attempt_<restart>/<local rank>
     merged_fd = os.open(log_dir / merged_log_name(node), os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
-    merged = _Merged(merged_fd, f"[rank {os.environ.get('RANK', rank_dir.name)}] ".encode())
+    merged = _Merged(merged_fd, merged_line_prefix(os.environ.get("RANK", rank_dir.name)))
     sys.stdout = _text(_Tee(1, out_copy, merged), sys.__stdout__, "strict")
     sys.stderr = _text(_Tee(2, err_copy, merged), sys.__stderr__, "backslashreplace")
     global _MERGED

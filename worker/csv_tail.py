@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from jobs.store.ingest_found import MAX_STEP
-from worker.run_files import MAX_READ, FileTail, Point, open_in
+from worker.run_files import MAX_READ, FileTail, LastOffered, Point, open_in
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +61,8 @@ class _Csv:
     header: bytes = b""
     offset: int = 0  # of the first byte not yet read as a whole line
     last_line: bytes = b""  # the last whole line read, which ends at offset while the file is only appended to
-    emitted: dict[tuple[str, int], float] = field(default_factory=dict)
+    offered: LastOffered = field(default_factory=LastOffered)
+    seen: tuple[int, int] = (-1, -1)  # size and mtime when last read: a file unchanged since is not read again
 
 
 class CsvLoggerTail(FileTail[_Csv]):
@@ -76,6 +77,8 @@ class CsvLoggerTail(FileTail[_Csv]):
     def new_points(self, path: Path, state: _Csv) -> list[Point]:
         try:
             st = os.fstat(state.handle.fileno())
+            if (st.st_size, st.st_mtime_ns) == state.seen:
+                return []
             start = os.pread(state.handle.fileno(), MAX_HEADER, 0)
             if b"\n" not in start:
                 return []  # no whole header yet
@@ -87,6 +90,8 @@ class CsvLoggerTail(FileTail[_Csv]):
                 # already is skipped.
                 state.header, state.offset, state.last_line = header, len(header) + 1, b""
             data = os.pread(fd, MAX_READ, state.offset)
+            if len(data) < MAX_READ:  # read to its end: nothing more until it changes
+                state.seen = (st.st_size, st.st_mtime_ns)
         except OSError as exc:
             log.warning("%s: %s", path, exc)
             return []
@@ -96,10 +101,5 @@ class CsvLoggerTail(FileTail[_Csv]):
             return []
         state.last_line = whole[whole.rfind(b"\n", 0, len(whole) - 1) + 1:]
         names = next(csv.reader([state.header.decode("utf-8", "replace")]), [])
-        points = []
-        for row in csv.reader(whole.decode("utf-8", "replace").splitlines()):
-            for p in row_points(names, row, st.st_mtime):
-                if state.emitted.get((p.name, p.step)) != p.value:
-                    state.emitted[(p.name, p.step)] = p.value
-                    points.append(p)
-        return points
+        rows = csv.reader(whole.decode("utf-8", "replace").splitlines())
+        return state.offered.changed(p for row in rows for p in row_points(names, row, st.st_mtime))

@@ -28,7 +28,7 @@ from typing import Any
 
 from jobs.store.ingest_found import MAX_STEP
 from worker.checkpoints_found import HF_CHECKPOINT_DIR, MAX_TRAINER_STATE, TRAINER_STATE
-from worker.run_files import MAX_WALK, FileTail, Listing, Point, open_in
+from worker.run_files import MAX_WALK, FileTail, LastOffered, Listing, Point, open_in
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ class TrainerStateTail(FileTail[_State]):
 
     def __init__(self, root: Path, rescan_s: float):
         super().__init__(root, rescan_s)
-        self.emitted: dict[tuple[str, int], float] = {}  # the value read last at each name and step
+        self.offered = LastOffered()
         self.newest: dict[Path, int] = {}  # per output directory: the newest checkpoint read
         self.retired: set[Path] = set()  # older checkpoints of an output directory whose newer one was read
 
@@ -116,8 +116,7 @@ class TrainerStateTail(FileTail[_State]):
         except (OSError, ValueError, AttributeError):
             return []  # not there any more, or cut off by a write still under way: read on a later tick
         state.signature = signature
-        points = [p for p in history_points(history, st.st_mtime) if self.emitted.get((p.name, p.step)) != p.value]
-        self.emitted.update({(p.name, p.step): p.value for p in points})
+        points = self.offered.changed(history_points(history, st.st_mtime))
         if state.checkpoint is not None and state.output_dir is not None:
             self.newest[state.output_dir] = max(self.newest.get(state.output_dir, -1), state.checkpoint)
         return points

@@ -20,12 +20,12 @@ from pathlib import Path
 from typing import BinaryIO
 
 from jobspec.output_metrics import MAX_LINE_CHARS, Template
-from jobspec.rank_logs import MERGED_LOG
+from jobspec.rank_logs import MERGED_LOG, merged_line_prefix
 from worker.run_files import MAX_READ, FileTail, Listing, Point, open_in
 
 log = logging.getLogger(__name__)
 
-RANK_ZERO = b"[rank 0] "  # trainer/rank_output.py's prefix of global rank 0's lines in the node's merged log
+RANK_ZERO = merged_line_prefix(0)
 MAX_PARTIAL = 64 << 10  # an unfinished line kept this long is matched as it stands
 _ATTEMPT = re.compile(r"^attempt-(\d{1,9})$")
 

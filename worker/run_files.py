@@ -9,7 +9,7 @@ import logging
 import os
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Generic, TypeVar
@@ -103,6 +103,19 @@ class Listing:
         """The files of the walk inside ``folder``."""
         prefix = os.path.join(folder, "")
         return [Path(path) for _, path in self._walked() if path.startswith(prefix)][:limit]
+
+
+class LastOffered:
+    """The value a tail offered last at each metric name and step: a file read again from its start (a CSV written
+    again, a newer checkpoint's whole history) offers only the points that are new or changed."""
+
+    def __init__(self) -> None:
+        self._values: dict[tuple[str, int], float] = {}
+
+    def changed(self, points: Iterable[Point]) -> list[Point]:
+        fresh = [p for p in points if self._values.get((p.name, p.step)) != p.value]
+        self._values.update({(p.name, p.step): p.value for p in fresh})
+        return fresh
 
 
 class UploadedFiles:
