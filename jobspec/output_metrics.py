@@ -9,7 +9,9 @@ Most training scripts on GitHub report by printing: nanoGPT's ``iter 10: loss 4.
 ``{_}`` a number that is not kept, and ``{{``/``}}`` a literal brace. The template matches anywhere in a line;
 whitespace in it matches any run of whitespace, and a number may be padded with spaces before it (``| loss  7.60``).
 A template without ``{step}`` (a script that prints ``loss 0.53`` alone, or a step that starts again each epoch)
-numbers its matches in order instead: the first is step 1 (worker/output_tail.py counts them).
+gets its steps from the first template, the clock (OutputReader): the clock's matches are steps 1, 2, ... when it
+names no step itself, and every other template's matches without a step are at the clock's step of the moment, so a
+validation line printed at the end of an epoch lands at the train step it follows, on the same axis.
 
 Templates become regular expressions built here from escaped text and fixed number patterns, never the user's own
 regular expression: every piece is a plain run of one character class, and two numbers always have text between
@@ -20,6 +22,7 @@ Pure and stdlib-only: the API checks templates at submission with the same code 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 MAX_TEMPLATES = 16
@@ -51,12 +54,6 @@ class Template:
                       if name not in (STEP, SKIP)]
             found.append((step, values))
         return found
-
-    def points(self, line: str, first_step: int = 1) -> list[tuple[str, int, float]]:
-        """The (metric, step, value) each match in ``line`` gives; without ``{step}``, the matches are steps
-        ``first_step``, ``first_step + 1``, ... (pure)."""
-        return [(name, first_step + i if step is None else step, value)
-                for i, (step, values) in enumerate(self.readings(line)) for name, value in values]
 
 
 def compile_template(text: str) -> Template:
@@ -93,6 +90,32 @@ def compile_template(text: str) -> Template:
     if not any(n not in (STEP, SKIP) for n in names):
         raise ValueError("names no metric: add '{name}' where the line has a number to keep")
     return Template(text, re.compile("".join(parts)), tuple(names))
+
+
+class OutputReader:
+    """Points of printed lines through the spec's templates, every match at a step (the policy, pure but for the
+    clock it keeps).
+
+    A match of a template with ``{step}`` is at the step it names. The first template is the clock: without
+    ``{step}``, each of its matches is the next step, 1 first; with it, the step it names is the clock's. A match of
+    any other template without ``{step}`` is at the clock's step, 0 before the clock's first match. Lines are read
+    oldest first, across the attempts' output, so a new reader numbers the same lines the same.
+    """
+
+    def __init__(self, templates: Sequence[Template]):
+        self.templates = list(templates)
+        self.clock = 0
+
+    def points(self, line: str) -> list[tuple[str, int, float]]:
+        """The (metric, step, value) the matches of ``line`` give, each template in order."""
+        found = []
+        for i, template in enumerate(self.templates):
+            for named, values in template.readings(line):
+                if i == 0:
+                    self.clock = self.clock + 1 if named is None else named
+                step = self.clock if named is None else named
+                found.extend((name, step, value) for name, value in values)
+        return found
 
 
 def template_problem(text: str) -> str | None:

@@ -1,5 +1,5 @@
 """Metrics a script prints, read from rank 0's lines of the merged log with the spec's ``metrics.from_output``
-templates (jobspec/output_metrics.py); a template without ``{step}`` has its matches numbered in order.
+templates (jobspec/output_metrics.py), whose OutputReader gives a match without ``{step}`` its step.
 
 Every attempt's ``logs/attempt-<k>/ranks.log`` is followed, oldest attempt first, as the other tails read every file
 again from its start on a new attempt: a resumed attempt prints its steps after the ones it resumed from, so what it
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from jobspec.output_metrics import MAX_LINE_CHARS, Template
+from jobspec.output_metrics import MAX_LINE_CHARS, OutputReader, Template
 from jobspec.rank_logs import MERGED_LOG, merged_line_prefix
 from worker.run_files import MAX_READ, FileTail, Listing, Point, open_in
 
@@ -41,10 +41,9 @@ class OutputMetricsTail(FileTail[_Log]):
 
     def __init__(self, root: Path, templates: Sequence[Template], rescan_s: float):
         super().__init__(root, rescan_s)
-        self.templates = list(templates)
-        # Matches so far of each template without {step}: its steps are their order, across the attempts' logs read
-        # oldest first, so a new reader (the next attempt's, a restarted worker's) numbers the same lines the same.
-        self.counted = [0] * len(self.templates)
+        # Its clock counts across the attempts' logs, read oldest first, so a new reader (the next attempt's, a
+        # restarted worker's) gives the same lines the same steps.
+        self.reader = OutputReader(templates)
 
     def matches(self, name: str) -> bool:
         return name == MERGED_LOG
@@ -81,15 +80,5 @@ class OutputMetricsTail(FileTail[_Log]):
         for line in lines:
             if line.startswith(RANK_ZERO):
                 text = line[len(RANK_ZERO):len(RANK_ZERO) + MAX_LINE_CHARS].decode("utf-8", "replace")
-                points.extend(self._points(text, now))
-        return points
-
-    def _points(self, line: str, when: float) -> list[Point]:
-        points = []
-        for i, template in enumerate(self.templates):
-            for step, values in template.readings(line):
-                if step is None:
-                    self.counted[i] += 1
-                    step = self.counted[i]
-                points.extend(Point(name, step, value, when) for name, value in values)
+                points.extend(Point(name, step, value, now) for name, step, value in self.reader.points(text))
         return points

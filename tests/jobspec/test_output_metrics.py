@@ -9,33 +9,73 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jobspec.output_metrics import compile_template, template_problem
+from jobspec.output_metrics import OutputReader, compile_template, template_problem
 
 NANOGPT = "iter {step}: loss {train/loss}, time {time_ms}ms, mfu {mfu}%"
 WORD_LANGUAGE_MODEL = "| epoch {epoch} | {step}/ {_} batches | lr {lr} | ms/batch {ms} | loss {loss} | ppl {ppl}"
 
 
+def _points(template: str, line: str) -> list[tuple[str, int, float]]:
+    return OutputReader([compile_template(template)]).points(line)
+
+
 def test_the_lines_of_public_scripts_read_back_as_their_numbers() -> None:
     # nanoGPT's train.py and pytorch/examples' word_language_model/main.py, as they print.
-    assert compile_template(NANOGPT).points("iter 10: loss 4.2345, time 120.00ms, mfu -100.00%") == [
+    assert _points(NANOGPT, "iter 10: loss 4.2345, time 120.00ms, mfu -100.00%") == [
         ("train/loss", 10, 4.2345), ("time_ms", 10, 120.0), ("mfu", 10, -100.0)]
     line = "| epoch   1 |   200/ 2983 batches | lr 20.00 | ms/batch 45.24 | loss  7.60 | ppl  2000.59"
-    assert compile_template(WORD_LANGUAGE_MODEL).points(line) == [
+    assert _points(WORD_LANGUAGE_MODEL, line) == [
         ("epoch", 200, 1.0), ("lr", 200, 20.0), ("ms", 200, 45.24), ("loss", 200, 7.6), ("ppl", 200, 2000.59)]
     # Anywhere in a line, every time it matches, and not in a line of another shape.
-    assert compile_template("step {step} loss {loss}").points("[12:00] step 3 loss 0.5; step 4 loss 0.25") == [
+    assert _points("step {step} loss {loss}", "[12:00] step 3 loss 0.5; step 4 loss 0.25") == [
         ("loss", 3, 0.5), ("loss", 4, 0.25)]
-    assert compile_template(NANOGPT).points("step 10: train loss 4.2, val loss 4.3") == []
+    assert _points(NANOGPT, "step 10: train loss 4.2, val loss 4.3") == []
     # A diverged loss is a number too (a gap in the curve once stored), and braces the line has are written twice.
-    [(_, _, value)] = compile_template("{{step={step}}} loss={loss}").points("{step=7} loss=nan")
+    [(_, _, value)] = _points("{{step={step}}} loss={loss}", "{step=7} loss=nan")
     assert math.isnan(value)
 
 
 def test_a_template_without_a_step_numbers_its_matches_in_order() -> None:
     # A script that prints no step at all (or one that starts again each epoch): the matches are its steps.
-    template = compile_template("loss: {loss}")
-    assert template.points("loss: 0.5 | loss: 0.25", first_step=7) == [("loss", 7, 0.5), ("loss", 8, 0.25)]
-    assert [step for step, _ in template.readings("loss: 0.5")] == [None]
+    reader = OutputReader([compile_template("loss: {loss}")])
+    assert reader.points("loss: 0.5 | loss: 0.25") == [("loss", 1, 0.5), ("loss", 2, 0.25)]
+    assert reader.points("loss: 0.125") == [("loss", 3, 0.125)]
+    assert [step for step, _ in compile_template("loss: {loss}").readings("loss: 0.5")] == [None]
+
+
+def test_a_line_without_a_step_lands_at_the_step_of_the_first_template() -> None:
+    # word_language_model: a train line every 200 batches, a validation line at the end of each epoch.
+    reader = OutputReader([compile_template("| loss {train/loss} |"), compile_template("| valid loss {eval/loss} |")])
+    lines = ["| loss 7.0 |", "| loss 6.0 |", "| valid loss 6.5 |", "| loss 5.0 |", "| valid loss 5.5 |"]
+    assert [p for line in lines for p in reader.points(line)] == [
+        ("train/loss", 1, 7.0), ("train/loss", 2, 6.0), ("eval/loss", 2, 6.5), ("train/loss", 3, 5.0),
+        ("eval/loss", 3, 5.5)]
+    # A clock that names its step: the step-less line is at the step printed last (a resumed run's, going back).
+    reader = OutputReader([compile_template("step {step} loss {loss}"), compile_template("val acc {acc}")])
+    lines = ["val acc 0.1", "step 100 loss 2.0", "val acc 0.5", "step 200 loss 1.0", "step 150 loss 1.5", "val acc 0.6"]
+    assert [p for line in lines for p in reader.points(line)] == [
+        ("acc", 0, 0.1), ("loss", 100, 2.0), ("acc", 100, 0.5), ("loss", 200, 1.0), ("loss", 150, 1.5), ("acc", 150, 0.6)]
+
+
+@given(st.lists(st.sampled_from(["train", "eval", "both"]), max_size=40), st.integers(0, 2))
+def test_steps_without_a_step_follow_the_clocks_lines(kinds: list[str], clock_names_step: int) -> None:
+    # However train and eval lines interleave, the clock's lines are steps 1, 2, ... (or the steps they print), each
+    # eval line is at the clock's last step, and every printed value is read once.
+    clock = ["loss {loss}", "it {step} loss {loss}", "loss {loss} it {step}"][clock_names_step]
+    reader = OutputReader([compile_template(clock), compile_template("eval {acc}")])
+    trains, got, expected = 0, [], []
+    for i, kind in enumerate(kinds):
+        line = ""
+        if kind in ("train", "both"):
+            trains += 1
+            step = trains * 10 if clock_names_step else trains
+            line += f"it {step} loss {i}.5 it {step}" if clock_names_step else f"loss {i}.5"
+            expected.append(("loss", step, i + 0.5))
+        if kind in ("eval", "both"):
+            line += f" eval {i}.25"
+            expected.append(("acc", (trains * 10 if clock_names_step else trains), i + 0.25))
+        got.extend(reader.points(line))
+    assert got == expected
 
 
 @pytest.mark.parametrize(("template", "says"), [
@@ -66,4 +106,4 @@ def test_a_line_printed_with_python_formatting_reads_back_as_the_numbers_formatt
     template = "step {step}" + "".join(f"{sep}{{{name}}}" for name, sep, _, _ in metrics)
     line = before + f"step {step}" + "".join(f"{sep}{fmt.format(value)}" for _, sep, fmt, value in metrics)
     expected = [(name, step, float(fmt.format(value))) for name, _, fmt, value in metrics]
-    assert compile_template(template).points(line) == expected
+    assert _points(template, line) == expected

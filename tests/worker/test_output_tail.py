@@ -1,7 +1,7 @@
 """Rank 0's printed lines, as the ranks' merged log holds them, become metric points through the spec's templates:
 only rank 0's, only whole lines, each once, every attempt's log oldest first (a resumed attempt's values are the
-last offered at its steps), a template without a step numbering its lines in order, and a log swapped for a link or
-a FIFO is never read."""
+last offered at its steps), a template without a step numbering its lines in order and a validation line landing at
+the train step it follows, and a log swapped for a link or a FIFO is never read."""
 
 from __future__ import annotations
 
@@ -83,6 +83,13 @@ def test_a_template_without_a_step_numbers_lines_in_order_across_epochs_and_atte
     # A new reader (the next attempt's, a restarted worker's) numbers the same lines the same.
     again = [(s, v) for n, s, v in _read(OutputMetricsTail(tmp_path, [template], rescan_s=0)) if n == "loss"]
     assert again == [*losses, (8, 3.5)]
+    # Its end-of-epoch line, printed as the script prints it, lands at the train step it follows.
+    valid = compile_template("| end of epoch {_} | time: {_}s | valid loss {eval/loss} | valid ppl {eval/ppl}")
+    _append(_log(tmp_path, 2), f"[rank 0] | end of epoch {3:3d} | time: {12.5:5.2f}s | valid loss {3.25:5.2f} | "
+                               f"valid ppl {2.0 ** 3.25:8.2f}\n")
+    read = _read(OutputMetricsTail(tmp_path, [template, valid], rescan_s=0))
+    assert [(n, s, v) for n, s, v in read if n == "eval/loss"] == [("eval/loss", 8, 3.25)]
+    assert [(s, v) for n, s, v in read if n == "loss"] == [*losses, (8, 3.5)]
 
 
 def test_a_log_swapped_for_a_link_or_a_fifo_is_not_read(tmp_path: Path) -> None:
