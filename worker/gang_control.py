@@ -75,12 +75,21 @@ class Gang:
 
     def failure(self, run_dir: Path, attempt: int, own: outcome.Failure) -> outcome.Failure:
         """The job's failure: of node 0's own (``own``) and each other node's, as its error file tells it, the one
-        whose rank failed first (outcome.first_of_nodes); ``own`` where no node left a traceback."""
+        whose rank failed first (outcome.first_of_nodes), node 0's where no node left a traceback. Its message starts
+        with the node and its host (``node 1 (host gpu-b): rank 3: ...``), so a reader need not map ranks to hosts."""
         if self.nnodes <= 1:
             return own
         found = [own]
         for rank in range(1, self.nnodes):
             other = outcome.failure(1, run_dir / f"error-node-{rank}.json",
                                     run_dir / "logs" / f"attempt-{attempt}" / f"launcher-node-{rank}.log")
-            found.append(dataclasses.replace(other, message=f"node {rank}: {other.message}", exit_code=None))
-        return outcome.first_of_nodes(found) or own
+            found.append(dataclasses.replace(other, exit_code=None))
+        chosen = outcome.first_of_nodes(found)
+        node = next((i for i, f in enumerate(found) if f is chosen), 0)
+        failure = found[node]
+        return dataclasses.replace(failure, message=f"{self.where(node)}: {failure.message}")
+
+    def where(self, node_rank: int) -> str:
+        """``node <k> (host <h>)``, the host from the attempt's placement."""
+        host = next((n.get("host") for n in self.placement or [] if n.get("node_rank") == node_rank), None)
+        return f"node {node_rank}" + (f" (host {host})" if host else "")

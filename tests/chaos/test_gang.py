@@ -162,10 +162,12 @@ def test_a_follower_ranks_error_is_the_jobs_error(services: Services) -> None:
     assert error["type"] == "training_error", error
     # torchrun numbers the nodes' ranks by its rendezvous (the agents' address, then pid), not by the worker's node
     # index: global rank 1 ran on node 1, or on node 0 when node 1's torchrun sorted first. The error names the node
-    # it ran on, by its own file (torchrun's error file of node 1 holds node 1's first failure).
+    # it ran on, by its own file (torchrun's error file of node 1 holds node 1's first failure), and that node's host.
     follower_error = Path(job["run_dir"]) / "error-node-1.json"
-    on_node_1 = follower_error.is_file() and "InjectedFault" in follower_error.read_text()
-    expected = ("node 1: " if on_node_1 else "") + "rank 1: InjectedFault"
-    assert error["message"].startswith(expected), (error["message"], on_node_1)
+    node = 1 if follower_error.is_file() and "InjectedFault" in follower_error.read_text() else 0
+    [host] = [n["host"] for n in job["placement"] if n["node_rank"] == node]
+    assert host in ("node-a", "node-b"), job["placement"]
+    expected = f"node {node} (host {host}): rank 1: InjectedFault"
+    assert error["message"].startswith(expected), (error["message"], node)
     assert "injected fault at step 3 on rank 1" in error["traceback"]
     wait_until(lambda: marked_processes(job_id) == [], 60, what="every node of the failed job to stop")
