@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import logging
@@ -34,6 +35,24 @@ class Ctx:
     work: Path
     quick: bool
     results: dict[str, Any] = field(default_factory=dict)
+
+
+def bench_parser(module: str, doc: str | None, rounds: int) -> argparse.ArgumentParser:
+    """The arguments every single-purpose bench takes: ``--rounds`` and ``--out`` (bench/results/<module>.json);
+    its INFO log goes to stdout, the table with it."""
+    name = module.rsplit(".", 1)[-1]
+    parser = argparse.ArgumentParser(prog=f"python -m {module}", description=(doc or "").split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=rounds)
+    parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / f"{name.replace('_', '-')}.json")
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
+    return parser
+
+
+def write_results(out: Path, results: dict[str, Any]) -> None:
+    """``results`` as JSON at ``out``, said in the log."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=1), encoding="utf-8")
+    log.info("wrote %s", out)
 
 
 # ------------------------------------------------------------------ machine

@@ -14,7 +14,6 @@ Prints a table and writes bench/results/found-scan.json.
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import os
@@ -27,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.common import REPO, machine
+from bench.common import bench_parser, machine, write_results
 
 log = logging.getLogger("bench")
 
@@ -126,11 +125,7 @@ def measure(run_dir: Path, rounds: int) -> dict[str, dict[str, float]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.found_scan", description=__doc__.split("\n\n")[0])
-    p.add_argument("--rounds", type=int, default=20)
-    p.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "found-scan.json")
-    args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
+    args = bench_parser("bench.found_scan", __doc__, rounds=20).parse_args(argv)
     results: dict[str, Any] = {"machine": machine(), "rounds": args.rounds, "trees": {}}
     with tempfile.TemporaryDirectory(prefix="found-scan-") as tmp:
         for tree, files in (("small", 0), ("20k-file dataset", 20_000)):
@@ -141,9 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     for tree, rows in results["trees"].items():
         for name, row in rows.items():
             log.info("%-18s %-20s %10.2f %8.2f", tree, name, row["median_ms"], row["max_ms"])
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=1))
-    log.info("wrote %s", args.out)
+    write_results(args.out, results)
     return 0
 
 

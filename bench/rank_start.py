@@ -13,7 +13,6 @@ their output before torch is imported, which a forked rank would have to do othe
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import statistics
@@ -24,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import REPO, bench_env, children_cpu_s, machine, torchrun
+from bench.common import bench_env, bench_parser, children_cpu_s, machine, torchrun, write_results
 
 log = logging.getLogger("bench")
 
@@ -60,11 +59,7 @@ def launch(way: str, nproc: int, work: Path) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.rank_start", description=__doc__.split("\n\n")[0])
-    p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "rank-start.json")
-    args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
+    args = bench_parser("bench.rank_start", __doc__, rounds=5).parse_args(argv)
     info = machine()
     runs: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="rank-start-") as tmp:
@@ -85,9 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         log.info("%-5d %5s %9d %14.2f %4.2f-%-4.2f %9.2f", r["nproc"], r["way"], r["launches"], r["ready_s_median"],
                  *r["ready_s_range"], r["cpu_s_median"])
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"machine": info, "rows": rows, "runs": runs}, indent=1))
-    log.info("wrote %s", args.out)
+    write_results(args.out, {"machine": info, "rows": rows, "runs": runs})
     return 0
 
 
