@@ -8,10 +8,10 @@ Most training scripts on GitHub report by printing: nanoGPT's ``iter 10: loss 4.
 ``{step}`` is the step (a whole number), every other ``{name}`` a metric (any number: ``4.2``, ``-1e-3``, ``nan``),
 ``{_}`` a number that is not kept, and ``{{``/``}}`` a literal brace. The template matches anywhere in a line;
 whitespace in it matches any run of whitespace, and a number may be padded with spaces before it (``| loss  7.60``).
-A template without ``{step}`` (a script that prints ``loss 0.53`` alone, or a step that starts again each epoch)
-gets its steps from the first template, the clock (OutputReader): the clock's matches are steps 1, 2, ... when it
-names no step itself, and every other template's matches without a step are at the clock's step of the moment, so a
-validation line printed at the end of an epoch lands at the train step it follows, on the same axis.
+A template without ``{step}`` is at the step printed last (OutputReader): a validation line at the end of an epoch lands
+at the train step it follows. Where the first template names no step (a script that prints ``loss 0.53`` alone, or a
+step that starts again each epoch), its matches are numbered in order instead, the first at step 1. A template that
+starts with ``^`` matches only at the start of a line (``^loss: {loss}`` is not read from ``test loss: 0.1``).
 
 Templates become regular expressions built here from escaped text and fixed number patterns, never the user's own
 regular expression: every piece is a plain run of one character class, and two numbers always have text between
@@ -30,6 +30,7 @@ MAX_TEMPLATE_CHARS = 512
 MAX_LINE_CHARS = 4096  # what of a line is matched: a longer line (a progress bar without newlines) is cut
 STEP = "step"
 SKIP = "_"
+ANCHOR = "^"  # a template starting with it matches only at the start of a line
 NAME = re.compile(r"^[A-Za-z0-9_.\-/]{1,128}$")
 _TOKEN = re.compile(r"\{\{|\}\}|\{([^{}]*)\}|[{}]|\s+|[^{}\s]+")
 _NUMBER = r"([-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|NaN|inf|Infinity))"
@@ -58,10 +59,12 @@ class Template:
 
 def compile_template(text: str) -> Template:
     """``text`` as a Template; ValueError saying, in a user's words, what is wrong with it."""
-    parts: list[str] = []
+    body = text.strip()  # matched anywhere: whitespace at either end adds nothing
+    anchored = body.startswith(ANCHOR)
+    parts: list[str] = [r"^\s*"] if anchored else []  # at the line's start, after its indentation
     names: list[str] = []
     after_number = False  # two numbers with nothing between could split one run of digits many ways
-    for token in _TOKEN.finditer(text.strip()):  # matched anywhere: whitespace at either end adds nothing
+    for token in _TOKEN.finditer(body[1:].lstrip() if anchored else body):
         piece, name = token.group(0), token.group(1)
         if name is not None:
             if not NAME.match(name):
@@ -76,7 +79,7 @@ def compile_template(text: str) -> Template:
             # it starts the template (either would let two runs of spaces share one stretch of the line).
             # A template that starts with a number starts a match only where a number starts: tried inside a run of
             # digits, each later start would read the rest of the run again.
-            pad = (r"\s*" if parts[-1] != r"\s+" else "") if parts else r"(?<![\d.+\-])"
+            pad = (r"\s*" if parts[-1] not in (r"\s+", r"^\s*") else "") if parts else r"(?<![\d.+\-])"
             parts.append(pad + (_WHOLE if name == STEP else _NUMBER))
             names.append(name)
             after_number = True
@@ -87,34 +90,36 @@ def compile_template(text: str) -> Template:
             after_number = False
     if names.count(STEP) > 1:
         raise ValueError("'{step}' is named twice")
-    if not any(n not in (STEP, SKIP) for n in names):
-        raise ValueError("names no metric: add '{name}' where the line has a number to keep")
+    if all(n == SKIP for n in names):
+        raise ValueError("names no metric: add '{name}' where the line has a number to keep, or '{step}' for a line "
+                         "that says the step")
     return Template(text, re.compile("".join(parts)), tuple(names))
 
 
 class OutputReader:
-    """Points of printed lines through the spec's templates, every match at a step (the policy, pure but for the
-    clock it keeps).
+    """Points of printed lines through the spec's templates, every match at a step (the policy, pure).
 
-    A match of a template with ``{step}`` is at the step it names. The first template is the clock: without
-    ``{step}``, each of its matches is the next step, 1 first; with it, the step it names is the clock's. A match of
-    any other template without ``{step}`` is at the clock's step, 0 before the clock's first match. Lines are read
-    oldest first, across the attempts' output, so a new reader numbers the same lines the same.
+    A match of a template with ``{step}`` is at the step it names. A match of one without is at the step printed
+    last (0 before any): the last step a template named, counted on by the first template when it names none, each
+    of its matches the next step. A template may name ``{step}`` alone, for a script that prints its step on a line
+    of its own. Lines are read oldest first, across the attempts' output, so a new reader gives the same lines the
+    same steps.
     """
 
     def __init__(self, templates: Sequence[Template]):
         self.templates = list(templates)
-        self.clock = 0
+        self.step = 0
 
     def points(self, line: str) -> list[tuple[str, int, float]]:
         """The (metric, step, value) the matches of ``line`` give, each template in order."""
         found = []
         for i, template in enumerate(self.templates):
             for named, values in template.readings(line):
-                if i == 0:
-                    self.clock = self.clock + 1 if named is None else named
-                step = self.clock if named is None else named
-                found.extend((name, step, value) for name, value in values)
+                if named is not None:
+                    self.step = named
+                elif i == 0:
+                    self.step += 1
+                found.extend((name, self.step, value) for name, value in values)
         return found
 
 

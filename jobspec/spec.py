@@ -280,8 +280,9 @@ class ScriptMetricsSpec(_Strict):
     from_output: list[OutputTemplate] = Field(
         default_factory=list, max_length=MAX_TEMPLATES,
         description="Templates of lines the script prints on rank 0, naming their numbers: 'iter {step}: loss "
-                    "{train/loss}, time {time_ms}ms'. '{step}' is the step (without it, matches are numbered in order), "
-                    "'{name}' a metric, '{_}' a number not kept; each match becomes metric points (docs/porting.md).",
+                    "{train/loss}, time {time_ms}ms'. '{step}' is the step (without it, a match is at the step printed "
+                    "last, and the first template's matches are numbered in order), '{name}' a metric, '{_}' a number "
+                    "not kept, a leading '^' the line's start; each match becomes metric points (docs/porting.md).",
     )
 
 

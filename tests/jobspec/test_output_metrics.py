@@ -78,11 +78,23 @@ def test_steps_without_a_step_follow_the_clocks_lines(kinds: list[str], clock_na
     assert got == expected
 
 
+def test_a_script_that_prints_its_step_on_a_line_of_its_own() -> None:
+    # pytorch/examples' time_sequence_prediction: 'STEP:  3', then a 'loss:' line per LBFGS evaluation, then
+    # 'test loss:'. '^' keeps 'loss: {x}' from reading the test loss line too.
+    reader = OutputReader([compile_template(t) for t in ("STEP: {step}", "^loss: {train/loss}", "test loss: {eval/loss}")])
+    lines = ["STEP:  0", "loss: 0.5", "loss: 0.25", "test loss: 0.125", "STEP:  1", "  loss: 0.0625", "test loss: 0.03"]
+    assert [p for line in lines for p in reader.points(line)] == [
+        ("train/loss", 0, 0.5), ("train/loss", 0, 0.25), ("eval/loss", 0, 0.125), ("train/loss", 1, 0.0625),
+        ("eval/loss", 1, 0.03)]
+    assert _points("^loss: {loss}", "test loss: 0.5") == [] and _points("loss: {loss}", "test loss: 0.5") == [("loss", 1, 0.5)]
+    assert _points("^{loss} loss", "  0.5 loss 0.25 loss") == [("loss", 1, 0.5)]
+
+
 @pytest.mark.parametrize(("template", "says"), [
     ("{step} {step} {loss}", "named twice"),
     ("loss {loss} avg {loss}", "named twice"),
-    ("step {step}", "names no metric"),
-    ("step {step} {_}", "names no metric"),
+    ("loss {_}", "names no metric"),
+    ("^", "names no metric"),
     ("{step}{loss}", "nothing between them"),
     ("step {step} loss {the loss}", "is no metric name"),
     ("step {step} loss {loss", "a lone '{'"),
