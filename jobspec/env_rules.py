@@ -58,6 +58,12 @@ _RESERVED_PREFIXES = {
     "TORCHYARD_": "set by torchyard for every rank",
     "TORCHELASTIC_": "set by torchrun for every rank",
 }
+# Refused by name, each with what to do instead.
+_REFUSED_NAMES = {
+    "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "makes every torch.load that does not say weights_only unpickle, which runs "
+                                        "code the file holds, in whatever module the job runs; refused (for a file you "
+                                        "trust, pass weights_only=False to torch.load in your script)",
+}
 _RANK_NAMES = frozenset({
     "MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
     "ROLE_RANK", "ROLE_NAME", "ROLE_WORLD_SIZE", "NODE_RANK",
@@ -71,6 +77,8 @@ def name_problem(name: str) -> str | None:
         return "names are letters, digits and '_', not starting with a digit, at most 128"
     if name in ALLOWED_NAMES:
         return None
+    if name in _REFUSED_NAMES:
+        return _REFUSED_NAMES[name]
     for prefix, why in _RESERVED_PREFIXES.items():
         if name.startswith(prefix):
             return f"{why}; refused"

@@ -152,6 +152,12 @@ def test_allowed_env_names(name: str) -> None:
     assert env_name_problem(name) is None
 
 
+def test_unpickling_by_default_is_refused_saying_what_to_do_instead() -> None:
+    # Scripts written for torch < 2.6 torch.load pickles (numpy arrays, argparse.Namespace) and fail under the workers'
+    # torch; the switch that would load them everywhere would also let a job's file run code in an operator's module.
+    assert "weights_only=False" in (env_name_problem("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD") or "")
+
+
 def test_credentials_belong_in_secrets_not_env() -> None:
     for name in ("WANDB_API_KEY", "HF_TOKEN", "APP_DB_PASSWORD"):
         assert "secrets" in (env_name_problem(name) or "")
