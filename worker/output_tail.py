@@ -41,8 +41,8 @@ class OutputMetricsTail(FileTail[_Log]):
 
     def __init__(self, root: Path, templates: Sequence[Template], rescan_s: float):
         super().__init__(root, rescan_s)
-        # Its clock counts across the attempts' logs, read oldest first, so a new reader (the next attempt's, a
-        # restarted worker's) gives the same lines the same steps.
+        # The step printed last carries across the attempts' logs, read oldest first, so a new reader (the next
+        # attempt's, a restarted worker's) gives the same lines the same steps.
         self.reader = OutputReader(templates)
 
     def matches(self, name: str) -> bool:
