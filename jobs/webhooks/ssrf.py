@@ -8,6 +8,7 @@ so a name that resolves to a public address at the check and to 127.0.0.1 at the
 from __future__ import annotations
 
 import ipaddress
+import re
 import socket
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -17,6 +18,9 @@ IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 # Cloud metadata services that are not link-local (169.254.169.254 and fe80::a9fe:a9fe are, and refused as such).
 METADATA = frozenset(ipaddress.ip_address(a) for a in ("100.100.100.200", "fd00:ec2::254", "192.0.0.192"))
+
+# A DNS name as it goes on the wire: dot-separated labels of letters, digits, '-' and '_' (after IDNA encoding).
+_HOST_NAME = re.compile(r"^(?!-)[A-Za-z0-9_-]{1,63}(?<!-)(?:\.(?!-)[A-Za-z0-9_-]{1,63}(?<!-))*\.?$")
 
 
 class Refused(ValueError):
@@ -77,11 +81,16 @@ def refusal(host: str, ip: IPAddress, allow: AllowList) -> str | None:
 def check_url(url: str, allow: AllowList) -> None:
     """The checks a URL passes when the webhook is created: http(s), a host, and no refused literal address.
     Names are resolved, and checked, at each send instead (their addresses may change)."""
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # a bracketed host that is no IPv6 address, an unclosed bracket
+        raise Refused("is not a URL: its host is neither a name nor an address") from None
     if parts.scheme not in ("http", "https"):
         raise Refused("must be an http:// or https:// URL")
     if not parts.hostname:
         raise Refused("has no host")
+    if not is_address(parts.hostname) and not _is_host_name(parts.hostname):
+        raise Refused("is not a URL: its host is neither a name nor an address")
     if parts.username or parts.password:
         raise Refused("must not carry a user or password (the signature authenticates the service)")
     try:
@@ -92,6 +101,14 @@ def check_url(url: str, allow: AllowList) -> None:
         why = refusal(parts.hostname, ipaddress.ip_address(parts.hostname), allow)
         if why:
             raise Refused(why)
+
+
+def _is_host_name(host: str) -> bool:
+    try:
+        wire = host.encode("idna").decode("ascii")  # a name in any script, as DNS is asked for it
+    except UnicodeError:
+        return False
+    return len(wire) <= 253 and _HOST_NAME.match(wire) is not None
 
 
 def pin(host: str, port: int, allow: AllowList) -> IPAddress:

@@ -51,7 +51,8 @@ def test_create_list_deliveries_and_remove(client: TestClient) -> None:
 
 
 @pytest.mark.parametrize("url", ["http://127.0.0.1:9000/hook", "http://10.0.0.5/hook", "http://169.254.169.254/latest/meta-data",
-                                 "http://[::1]:8080/hook", "ftp://hooks.example.com/"])
+                                 "http://[::1]:8080/hook", "ftp://hooks.example.com/",
+                                 "http://^[^\\x00-\\x1f\\x7f]+$"])  # not a URL: was a 500
 def test_addresses_of_the_service_neighbourhood_are_refused_naming_url(client: TestClient, url: str) -> None:
     resp = client.post("/v1/webhooks", json={"url": url, "events": ["job.failed"]})
     assert resp.status_code == 422, resp.text

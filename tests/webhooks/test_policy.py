@@ -97,7 +97,11 @@ def test_metadata_addresses_are_named() -> None:
 
 @pytest.mark.parametrize("url", ["http://127.0.0.1:8080/x", "http://10.1.2.3/", "https://169.254.169.254/latest",
                                  "http://[::1]:9/", "http://[::ffff:127.0.0.1]/", "ftp://hooks.example.com/",
-                                 "https://user:pw@hooks.example.com/", "http:///nohost"])
+                                 "https://user:pw@hooks.example.com/", "http:///nohost",
+                                 # not URLs at all: a bracketed host that is no address, one never closed, a host
+                                 # with characters no name has
+                                 "http://^[^\\x00-\\x1f\\x7f]+$", "http://[::1/", "http://a b.example.com/",
+                                 "http://-lead.example.com/", "http://x" + "a" * 64 + ".example.com/"])
 def test_refused_urls_at_creation(url: str) -> None:
     with pytest.raises(Refused):
         check_url(url, AllowList())
@@ -107,6 +111,8 @@ def test_names_and_allowed_addresses_pass_creation() -> None:
     check_url("https://hooks.slack.com/services/T/B/x", AllowList())
     check_url("http://localhost:8080/", AllowList())  # a name: checked at each send, on the address it resolves to
     check_url("http://127.0.0.1:8080/", AllowList.parse("127.0.0.1"))
+    check_url("https://bücher.example/hook", AllowList())  # a name in another script goes out as IDNA
+    check_url("https://hooks_internal.example.com./x", AllowList())
 
 
 def test_a_malformed_allow_list_says_which_entry() -> None:
