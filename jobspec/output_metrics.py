@@ -35,6 +35,7 @@ NAME = re.compile(r"^[A-Za-z0-9_.\-/]{1,128}$")
 _TOKEN = re.compile(r"\{\{|\}\}|\{([^{}]*)\}|[{}]|\s+|[^{}\s]+")
 _NUMBER = r"([-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|NaN|inf|Infinity))"
 _WHOLE = r"(\d{1,12})"
+_LINE_START = r"^\s*"  # an anchored template starts here: the line's start, after its indentation
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,7 @@ def compile_template(text: str) -> Template:
     """``text`` as a Template; ValueError saying, in a user's words, what is wrong with it."""
     body = text.strip()  # matched anywhere: whitespace at either end adds nothing
     anchored = body.startswith(ANCHOR)
-    parts: list[str] = [r"^\s*"] if anchored else []  # at the line's start, after its indentation
+    parts: list[str] = [_LINE_START] if anchored else []
     names: list[str] = []
     after_number = False  # two numbers with nothing between could split one run of digits many ways
     for token in _TOKEN.finditer(body[1:].lstrip() if anchored else body):
@@ -79,7 +80,7 @@ def compile_template(text: str) -> Template:
             # it starts the template (either would let two runs of spaces share one stretch of the line).
             # A template that starts with a number starts a match only where a number starts: tried inside a run of
             # digits, each later start would read the rest of the run again.
-            pad = (r"\s*" if parts[-1] not in (r"\s+", r"^\s*") else "") if parts else r"(?<![\d.+\-])"
+            pad = (r"\s*" if parts[-1] not in (r"\s+", _LINE_START) else "") if parts else r"(?<![\d.+\-])"
             parts.append(pad + (_WHOLE if name == STEP else _NUMBER))
             names.append(name)
             after_number = True

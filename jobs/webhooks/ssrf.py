@@ -22,6 +22,8 @@ METADATA = frozenset(ipaddress.ip_address(a) for a in ("100.100.100.200", "fd00:
 # A DNS name as it goes on the wire: dot-separated labels of letters, digits, '-' and '_' (after IDNA encoding).
 _HOST_NAME = re.compile(r"^(?!-)[A-Za-z0-9_-]{1,63}(?<!-)(?:\.(?!-)[A-Za-z0-9_-]{1,63}(?<!-))*\.?$")
 
+_NOT_A_URL = "is not a URL: its host is neither a name nor an address"
+
 
 class Refused(ValueError):
     """The webhook's URL, or the address its host resolves to, is one the service does not post to."""
@@ -84,13 +86,13 @@ def check_url(url: str, allow: AllowList) -> None:
     try:
         parts = urlsplit(url)
     except ValueError:  # a bracketed host that is no IPv6 address, an unclosed bracket
-        raise Refused("is not a URL: its host is neither a name nor an address") from None
+        raise Refused(_NOT_A_URL) from None
     if parts.scheme not in ("http", "https"):
         raise Refused("must be an http:// or https:// URL")
     if not parts.hostname:
         raise Refused("has no host")
     if not is_address(parts.hostname) and not _is_host_name(parts.hostname):
-        raise Refused("is not a URL: its host is neither a name nor an address")
+        raise Refused(_NOT_A_URL)
     if parts.username or parts.password:
         raise Refused("must not carry a user or password (the signature authenticates the service)")
     try:
