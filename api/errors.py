@@ -124,8 +124,10 @@ def install(app: FastAPI) -> None:
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         headers = dict(getattr(exc, "headers", None) or {})
         if exc.status_code == 405:  # Starlette's names the methods of one route only; the path may have several
-            headers["Allow"] = methods.allow_header(request.app, request.url.path)
-            allowed = headers["Allow"]
+            allowed = methods.allow_header(request.app, request.url.path)
+            if not allowed:  # only the OPTIONS route (every path) matched: there is no such path
+                return problem(404, methods.NO_SUCH_PATH)
+            headers["Allow"] = allowed
             return problem(405, f"{request.method} is not allowed here; this path answers {allowed}", headers=headers)
         return problem(exc.status_code, str(exc.detail), headers=headers or None)
 

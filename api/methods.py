@@ -13,6 +13,7 @@ from starlette.routing import Match, Mount
 # A mounted app (the dashboard's static files) serves files: it answers these.
 _MOUNT_METHODS = frozenset({"GET", "HEAD"})
 _PROBED = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
+NO_SUCH_PATH = "no such path in this API (see /docs)"
 
 
 def allowed_methods(app: FastAPI, path: str) -> list[str]:
@@ -43,7 +44,7 @@ def install(app: FastAPI) -> None:
     async def options(request: Request) -> Response:
         methods = allowed_methods(request.app, request.url.path)
         if not methods:
-            raise HTTPException(404, "Not Found")
+            raise HTTPException(404, NO_SUCH_PATH)
         return Response(status_code=204, headers={"Allow": ", ".join(methods)})
 
     app.add_api_route("/{path:path}", options, methods=["OPTIONS"], include_in_schema=False)

@@ -105,7 +105,12 @@ def test_every_405_and_options_answer_lists_every_method_of_the_path(client: Tes
         refused = client.request("PATCH", path)
         assert refused.status_code == 405 and refused.headers["allow"] == allow
         assert refused.headers["content-type"] == "application/problem+json" and "PATCH" in refused.json()["detail"]
-    assert client.options("/v1/nothing-here").status_code == 404
+    # A path no route has is a 404 for every method, not a 405 with an empty Allow.
+    for method in ("OPTIONS", "GET", "POST", "DELETE"):
+        for path in ("/v1/nothing-here", "/v1/jobs/abc/nothing", "/v1/jobs/..%2Fkeys%2Fabc", "/nothing"):
+            missing = client.request(method, path)
+            assert missing.status_code == 404 and "allow" not in missing.headers, (method, path, missing.text)
+            assert missing.json()["detail"] == "no such path in this API (see /docs)"
 
 
 def test_profile_memory_is_a_boolean_not_a_number(client: TestClient) -> None:

@@ -1,6 +1,7 @@
 """The CLI against a live service (real redis-server, API and worker processes, torchrun with two
 gloo ranks): submit --follow to success, status, ls, logs, metrics and a PNG plot; cancel through
-the CLI while another CLI process follows the job; a failing job makes submit --follow exit 1."""
+the CLI while another CLI process follows the job, retry it, rm both with their run directories; a failing job makes
+submit --follow exit 1."""
 
 from __future__ import annotations
 
@@ -155,6 +156,14 @@ def test_cancel_while_following_and_a_failing_job(live: Services, tmp_path: Path
             code, out = cli(live, "cancel", retried)
             assert code == 0, out
             client.wait(retried, timeout=90, poll_interval=0.5)
+
+            # Both finished: rm takes them with their run directories (checkpoints, logs).
+            run_dirs = [live.settings.runs_dir / job_id for job_id in (job.id, retried)]
+            assert (run_dirs[0] / "logs").is_dir()  # it trained; the retry may have been cancelled before it started
+            code, out = cli(live, "rm", job.id, retried)
+            assert code == 0 and f"deleted {job.id}" in out and f"deleted {retried}" in out, out
+            assert not any(run_dir.exists() for run_dir in run_dirs)
+            assert client.list_jobs(name="cli-long").items == []
     finally:
         if follower.poll() is None:
             follower.kill()

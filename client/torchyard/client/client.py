@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from datetime import datetime
 from typing import Any
-from urllib.parse import quote
 
 from torchyard.client.config import ClientConfig, load_config
 from torchyard.client.downloads import DownloadsApi
 from torchyard.client.errors import ApiError
 from torchyard.client.events import EventsApi
+from torchyard.client.http import api_path
 from torchyard.client.jobs import load_spec
 from torchyard.client.logs import LogsApi
 from torchyard.client.models import ApiKey, Host, Quota, UsageRow
@@ -55,13 +55,13 @@ class Client(EventsApi, LogsApi, DownloadsApi, WebhooksApi):
 
     def sweep(self, sweep_id: str) -> dict[str, Any]:
         """A sweep with its trials: parameters, state, rung, metric values, and the best trial so far."""
-        return self._json("GET", f"/v1/sweeps/{quote(sweep_id, safe='')}")
+        return self._json("GET", api_path("sweeps", sweep_id))
 
     def list_sweeps(self, *, limit: int = 50) -> list[dict[str, Any]]:
         return self._json("GET", "/v1/sweeps", params={"limit": limit})["items"]
 
     def cancel_sweep(self, sweep_id: str) -> dict[str, Any]:
-        return self._json("POST", f"/v1/sweeps/{quote(sweep_id, safe='')}/cancel")
+        return self._json("POST", api_path("sweeps", sweep_id, "cancel"))
 
     def hosts(self) -> list[Host]:
         """The workers' hosts: GPUs (each with the job holding it, when the caller may see it) and CPU slots."""
@@ -69,19 +69,19 @@ class Client(EventsApi, LogsApi, DownloadsApi, WebhooksApi):
 
     def host(self, host_id: str) -> Host:
         """One host with its state and ``history`` (drains, undrains, quarantines, clears)."""
-        return Host.model_validate(self._json("GET", f"/v1/hosts/{quote(host_id, safe='')}"))
+        return Host.model_validate(self._json("GET", api_path("hosts", host_id)))
 
     def drain_host(self, host_id: str, reason: str) -> Host:
         """Drain a host (admin): nothing new is placed there; its running jobs checkpoint and are placed elsewhere."""
-        return Host.model_validate(self._json("POST", f"/v1/hosts/{quote(host_id, safe='')}/drain", json={"reason": reason}))
+        return Host.model_validate(self._json("POST", api_path("hosts", host_id, "drain"), json={"reason": reason}))
 
     def undrain_host(self, host_id: str) -> Host:
         """Return a drained host to placement (admin)."""
-        return Host.model_validate(self._json("POST", f"/v1/hosts/{quote(host_id, safe='')}/undrain"))
+        return Host.model_validate(self._json("POST", api_path("hosts", host_id, "undrain")))
 
     def clear_gpu(self, host_id: str, gpu: int) -> Host:
         """Return a quarantined GPU to placement (admin)."""
-        return Host.model_validate(self._json("POST", f"/v1/hosts/{quote(host_id, safe='')}/gpus/{int(gpu)}/clear"))
+        return Host.model_validate(self._json("POST", api_path("hosts", host_id, "gpus", int(gpu), "clear")))
 
     # ------------------------------------------------------------------ quotas
 
@@ -91,10 +91,10 @@ class Client(EventsApi, LogsApi, DownloadsApi, WebhooksApi):
 
     def set_quota(self, owner: str, gpus: int | None = None, cpu_slots: int | None = None) -> Quota:
         """Guarantee ``owner`` these GPUs and CPU slots (admin); None: no limit on that resource."""
-        return Quota.model_validate(self._json("PUT", f"/v1/quotas/{owner}", json={"gpus": gpus, "cpu_slots": cpu_slots}))
+        return Quota.model_validate(self._json("PUT", api_path("quotas", owner), json={"gpus": gpus, "cpu_slots": cpu_slots}))
 
     def delete_quota(self, owner: str) -> None:
-        self._request("DELETE", f"/v1/quotas/{owner}")
+        self._request("DELETE", api_path("quotas", owner))
 
     # ------------------------------------------------------------------ usage
 
@@ -126,7 +126,7 @@ class Client(EventsApi, LogsApi, DownloadsApi, WebhooksApi):
         return [ApiKey.model_validate(k) for k in items]
 
     def revoke_key(self, key_id: str) -> None:
-        self._request("DELETE", f"/v1/keys/{key_id}")
+        self._request("DELETE", api_path("keys", key_id))
 
 
 def _window(start: datetime | str | None, end: datetime | str | None, group_by: str) -> dict[str, str]:

@@ -7,7 +7,7 @@ from pathlib import Path
 import httpx
 
 from torchyard.client.errors import NotFound
-from torchyard.client.http import HttpSession
+from torchyard.client.http import HttpSession, api_path
 from torchyard.client.models import CodeBundle
 from torchyard.client.pack import pack
 
@@ -16,7 +16,7 @@ class CodeBundlesApi(HttpSession):
     def code_exists(self, digest: str) -> bool:
         """Whether the server already has this bundle for this key's owner."""
         try:
-            self._request("HEAD", f"/v1/code/{digest}")
+            self._request("HEAD", api_path("code", digest))
         except NotFound:
             return False
         return True

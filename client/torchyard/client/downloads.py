@@ -5,12 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from urllib.parse import quote
 
 import httpx
 
 from torchyard.client.errors import ConnectionFailed, error_from_response
-from torchyard.client.http import HttpSession
+from torchyard.client.http import HttpSession, job_path, segment
 from torchyard.client.models import Artifact
 
 
@@ -18,7 +17,7 @@ class DownloadsApi(HttpSession):
     def download_weights(self, job_id: str, dest: str | Path | None = None, *, step: int | None = None) -> Path:
         """Save the consolidated weights of the latest checkpoint that has them (or of ``step``) to ``dest``
         (a file, or a directory to put the server's file name in; default the current directory)."""
-        path = f"/v1/jobs/{job_id}/weights" if step is None else f"/v1/jobs/{job_id}/checkpoints/{step}/weights"
+        path = job_path(job_id, "weights") if step is None else job_path(job_id, "checkpoints", step, "weights")
 
         def target_for(response: httpx.Response) -> Path:
             target = Path(dest) if dest is not None else Path.cwd()
@@ -38,18 +37,18 @@ class DownloadsApi(HttpSession):
                 target = target / (_attachment_name(response.headers.get("content-disposition")) or f"{job_id}-step{step}.tar")
             return target
 
-        return self._download(f"/v1/jobs/{job_id}/checkpoints/{step}/archive", target_for)
+        return self._download(job_path(job_id, "checkpoints", step, "archive"), target_for)
 
     def artifacts(self, job_id: str) -> list[Artifact]:
         """Files the job wrote under its run's ``artifacts/`` directory (TensorBoard events, profiler traces ...)."""
-        return [Artifact.model_validate(a) for a in self._json("GET", f"/v1/jobs/{job_id}/artifacts")["items"]]
+        return [Artifact.model_validate(a) for a in self._json("GET", job_path(job_id, "artifacts"))["items"]]
 
     def download_artifact(self, job_id: str, path: str, dest: str | Path) -> Path:
         """Save the artifact ``path`` (relative to ``artifacts/``) to the file ``dest``, creating its directory."""
         target = Path(dest)
         target.parent.mkdir(parents=True, exist_ok=True)
-        quoted = "/".join(quote(part, safe="") for part in path.split("/"))
-        return self._download(f"/v1/jobs/{job_id}/artifacts/{quoted}", lambda _: target)
+        quoted = "/".join(segment(part) for part in path.split("/"))
+        return self._download(job_path(job_id, "artifacts", quoted), lambda _: target)
 
     def _download(self, path: str, target_for: Callable[[httpx.Response], Path]) -> Path:
         """Stream ``path`` into the file ``target_for(response)`` names, written whole or not at all."""

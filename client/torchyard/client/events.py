@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import httpx
 
 from torchyard.client.errors import ConnectionFailed, NotFound, error_from_response
+from torchyard.client.http import job_path
 from torchyard.client.jobs import JobsApi
 from torchyard.client.models import CheckpointEvent, EndEvent, Event, MetricEvent, MetricPoint, StatusEvent, parse_event
 from torchyard.client.sse import parse_sse
@@ -45,7 +46,7 @@ class EventsApi(JobsApi):
             if last_event_id:
                 headers["Last-Event-ID"] = last_event_id
             try:
-                with self._http.stream("GET", f"/v1/jobs/{job_id}/events", headers=headers, timeout=timeout) as response:
+                with self._http.stream("GET", job_path(job_id, "events"), headers=headers, timeout=timeout) as response:
                     if response.status_code == 404 and not yielded:
                         response.read()
                         self.job(job_id)  # raises NotFound when the job is what is missing

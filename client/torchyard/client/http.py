@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -17,6 +18,23 @@ log = logging.getLogger(__name__)
 # What a request sent on a connection the server had just closed meets, before any answer.
 _STALE = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
 _IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE"})
+
+
+def segment(text: str) -> str:
+    """``text`` as one URL path segment. Unquoted, an id such as ``../keys/k1`` (from a script's input, a webhook
+    payload) would be resolved by httpx to another route, called with this key; quote leaves dots, so a segment that
+    is all dots is escaped too."""
+    quoted = quote(text, safe="")
+    return quoted.replace(".", "%2E") if quoted in (".", "..") else quoted
+
+
+def api_path(collection: str, ident: str, *rest: str | int) -> str:
+    """``/v1/{collection}/{ident}/{rest...}``, the caller's ``ident`` as one segment (``rest`` is the client's own)."""
+    return "/".join([f"/v1/{collection}/{segment(ident)}", *map(str, rest)])
+
+
+def job_path(job_id: str, *rest: str | int) -> str:
+    return api_path("jobs", job_id, *rest)
 
 
 def _resendable(method: str, kwargs: dict[str, Any]) -> bool:

@@ -1,5 +1,5 @@
-"""Jobs: submit a spec (a dict, or a YAML/JSON file read by ``load_spec``), list, get, cancel, retry and wait for
-jobs, and read their metrics and checkpoints."""
+"""Jobs: submit a spec (a dict, or a YAML/JSON file read by ``load_spec``), list, get, cancel, retry, delete and wait
+for jobs, and read their metrics and checkpoints."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import yaml
 from torchyard.client import left_out
 from torchyard.client.code_bundles import CodeBundlesApi
 from torchyard.client.errors import TorchyardError
+from torchyard.client.http import job_path
 from torchyard.client.models import Checkpoint, Job, JobPage, MetricPoint
 
 log = logging.getLogger(__name__)
@@ -76,16 +77,21 @@ class JobsApi(CodeBundlesApi):
             cursor = page.next_cursor
 
     def job(self, job_id: str) -> Job:
-        return Job.model_validate(self._json("GET", f"/v1/jobs/{job_id}"))
+        return Job.model_validate(self._json("GET", job_path(job_id)))
 
     get = job
 
     def cancel(self, job_id: str) -> Job:
-        return Job.model_validate(self._json("POST", f"/v1/jobs/{job_id}/cancel"))
+        return Job.model_validate(self._json("POST", job_path(job_id, "cancel")))
+
+    def delete_job(self, job_id: str) -> None:
+        """Delete a finished job: its metrics, checkpoints, logs and run directory. Conflict (409) while it is queued or
+        running (cancel it first); NotFound for an id that is not the caller's."""
+        self._request("DELETE", job_path(job_id))
 
     def retry(self, job_id: str) -> Job:
         """Run a finished job again from its latest checkpoint; the answer is the new job (its own id)."""
-        return Job.model_validate(self._json("POST", f"/v1/jobs/{job_id}/retry"))
+        return Job.model_validate(self._json("POST", job_path(job_id, "retry")))
 
     def wait(self, job_id: str, *, timeout: float | None = None, poll_interval: float = 1.0) -> Job:
         """Poll until the job is succeeded, failed or cancelled and return it; TimeoutError after ``timeout`` seconds."""
@@ -108,11 +114,11 @@ class JobsApi(CodeBundlesApi):
         cursor = None
         while True:
             params = base + ([("cursor", cursor)] if cursor else [])
-            page = self._json("GET", f"/v1/jobs/{job_id}/metrics", params=params)
+            page = self._json("GET", job_path(job_id, "metrics"), params=params)
             points += [MetricPoint.model_validate(p) for p in page["items"]]
             cursor = page.get("next_cursor")
             if not cursor:
                 return points
 
     def checkpoints(self, job_id: str) -> list[Checkpoint]:
-        return [Checkpoint.model_validate(c) for c in self._json("GET", f"/v1/jobs/{job_id}/checkpoints")["items"]]
+        return [Checkpoint.model_validate(c) for c in self._json("GET", job_path(job_id, "checkpoints"))["items"]]

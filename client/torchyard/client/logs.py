@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import httpx
 
 from torchyard.client.errors import ConnectionFailed, error_from_response
-from torchyard.client.http import HttpSession
+from torchyard.client.http import HttpSession, job_path
 
 # How the server ends a followed log at its maximum lifetime (jobs.reads.job_logs.RECONNECT_MARKER): then a position, a newline.
 _RECONNECT = "\x1etorchyard-reconnect "
@@ -20,7 +20,7 @@ class LogsApi(HttpSession):
         ``[rank N]``; with ``rank`` that rank's stdout and stderr as printed (or only ``stream``, "stdout"
         or "stderr"); ``rank="launcher"`` for torchrun's own log."""
         params = _log_params(rank, tail, stream, attempt)
-        return self._request("GET", f"/v1/jobs/{job_id}/logs", params=params, headers={"Accept": "text/plain"}).text
+        return self._request("GET", job_path(job_id, "logs"), params=params, headers={"Accept": "text/plain"}).text
 
     def follow_logs(self, job_id: str, *, rank: int | str | None = None, tail: int | None = None, stream: str | None = None,
                     attempt: int | None = None) -> Iterator[str]:
@@ -30,7 +30,7 @@ class LogsApi(HttpSession):
         while True:
             position: str | None = None
             try:
-                with self._http.stream("GET", f"/v1/jobs/{job_id}/logs", params=params, headers={"Accept": "text/plain"},
+                with self._http.stream("GET", job_path(job_id, "logs"), params=params, headers={"Accept": "text/plain"},
                                        timeout=httpx.Timeout(self._http.timeout.connect, read=None)) as response:
                     if response.is_error:
                         response.read()

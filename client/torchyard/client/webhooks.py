@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import quote
 
-from torchyard.client.http import HttpSession
+from torchyard.client.http import HttpSession, api_path
 
 
 class WebhooksApi(HttpSession):
@@ -22,8 +21,8 @@ class WebhooksApi(HttpSession):
         return self._json("GET", "/v1/webhooks")["items"]
 
     def delete_webhook(self, webhook_id: str) -> None:
-        self._request("DELETE", f"/v1/webhooks/{quote(webhook_id, safe='')}")
+        self._request("DELETE", api_path("webhooks", webhook_id))
 
     def webhook_deliveries(self, webhook_id: str) -> list[dict[str, Any]]:
         """The webhook's latest deliveries, newest first: event, status, tries, last HTTP status and error."""
-        return self._json("GET", f"/v1/webhooks/{quote(webhook_id, safe='')}/deliveries")["items"]
+        return self._json("GET", api_path("webhooks", webhook_id, "deliveries"))["items"]
