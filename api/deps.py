@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends, Path, Request
 from redis import Redis
 from sqlmodel import Session
 
@@ -29,3 +29,5 @@ async def get_redis(request: Request) -> Redis:
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 SessionDep = Annotated[Session, Depends(get_session)]
 RedisDep = Annotated[Redis, Depends(get_redis)]
+# The {job_id} of every per-job route.
+JobId = Annotated[str, Path(min_length=1, max_length=64, description="Job id.")]

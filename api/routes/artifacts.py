@@ -22,14 +22,13 @@ from pydantic import BaseModel, Field
 
 from api import ranges
 from api.auth import PrincipalDep
-from api.deps import SessionDep, SettingsDep
+from api.deps import JobId, SessionDep, SettingsDep
 from api.errors import responses
 from jobs.reads import artifact_files, artifacts, job_lookup
 from jobs.storage.stored_file import size_of
 
 router = APIRouter(prefix="/v1/jobs", tags=["artifacts"])
 
-JobId = Annotated[str, Path(min_length=1, max_length=64, description="Job id.")]
 ArtifactPath = Annotated[str, Path(min_length=1, max_length=1024, description="Path relative to the run's artifacts/ directory.")]
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]")
 _FILE = {**ranges.file_responses("The file's bytes, with the media type its name suggests.", media_type="*/*"), **responses(416)}

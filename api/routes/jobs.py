@@ -12,7 +12,7 @@ from pydantic import StringConstraints
 
 from api import ranges
 from api.auth import PrincipalDep
-from api.deps import RedisDep, SessionDep, SettingsDep
+from api.deps import JobId, RedisDep, SessionDep, SettingsDep
 from api.errors import invalid, responses
 from api.job_reader import JobReader
 from api.schemas import CheckpointList, CheckpointOut, JobList, JobOut, MetricList, MetricOut
@@ -25,7 +25,6 @@ from jobspec.spec import LABEL_KEY_PATTERN, AnySpec, SpecError, SpecProblem, spe
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
-JobId = Annotated[str, Path(min_length=1, max_length=64, description="Job id.")]
 IdempotencyKey = Annotated[str | None, Header(
     alias="Idempotency-Key", min_length=1, max_length=255, pattern=r"^[\x21-\x7e]+$",
     description="Repeat a submission safely: the same key and body return the same job; the same key with "

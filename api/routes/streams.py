@@ -19,7 +19,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from typing import Annotated, BinaryIO, Literal
 
-from fastapi import APIRouter, Header, Path, Query, Request
+from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import StreamingResponse
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
@@ -27,6 +27,7 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.concurrency import run_in_threadpool
 
 from api.auth import PrincipalDep, still_authorized
+from api.deps import JobId
 from api.errors import invalid, responses
 from api.schemas import sse_event_schema
 from api.stream_slots import StreamSlots
@@ -39,7 +40,6 @@ from jobs.storage.stored_file import size_of
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/v1/jobs", tags=["streams"])
 
-JobId = Annotated[str, Path(min_length=1, max_length=64, description="Job id.")]
 _READ_MAX = 1 << 20
 
 _SSE_DOC = {200: {"description": (
