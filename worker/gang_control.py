@@ -11,6 +11,7 @@ from pathlib import Path
 
 from sqlalchemy.exc import SQLAlchemyError
 
+from jobs.hosts.placement import host_of, node_label
 from worker import node as nodes
 from worker import outcome
 from worker.launch import NodeLaunch
@@ -91,5 +92,4 @@ class Gang:
 
     def where(self, node_rank: int) -> str:
         """``node <k> (host <h>)``, the host from the attempt's placement."""
-        host = next((n.get("host") for n in self.placement or [] if n.get("node_rank") == node_rank), None)
-        return f"node {node_rank}" + (f" (host {host})" if host else "")
+        return node_label(node_rank, host_of(self.placement, node_rank))

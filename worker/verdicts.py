@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jobs.hosts import gpu_faults
+from jobs.hosts.placement import node_label
 from jobs.store.models import ErrorType, Status
 from jobs.store.states import loss_forgiven
 from jobspec.exit_codes import PAUSED_PHASE
@@ -150,7 +151,7 @@ def _exited(stop: Stop, facts: Facts) -> Verdict:
         return _done_despite(f"node 0's torchrun exited with code {code}")
     if stop.lost_nodes:
         # Node 0's ranks failed because a peer node vanished: the node's loss is the cause, not the training.
-        return _lost(", ".join(f"node {r} (host {h})" for r, h in stop.lost_nodes) + " lost", code, facts)
+        return _lost(", ".join(node_label(r, h) for r, h in stop.lost_nodes) + " lost", code, facts)
     assert stop.failure is not None
     return _failed(stop.failure, facts)
 

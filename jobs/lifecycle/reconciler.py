@@ -30,6 +30,7 @@ import sqlalchemy as sa
 from redis import Redis
 from sqlmodel import Session
 
+from jobs.hosts.placement import node_label
 from jobs.hosts.registry import read_hosts
 from jobs.infra import queue, transient
 from jobs.infra.clock import db_now
@@ -164,7 +165,7 @@ def _recover_dead_nodes(session: Session, redis: Redis, report: Report, max_work
         return found
 
     for job_id, status, worker, attempt, dead in _retried(session, find, "finding nodes on dead hosts", retry_s):
-        lost = ", ".join(f"host {h} of node {r}" for r, h in dead) + " stopped heart-beating"
+        lost = ", ".join(node_label(r, h) for r, h in dead) + " stopped heart-beating"
         try:
             recover = functools.partial(_recover_one, session, redis, report, max_worker_losses, job_id, status, worker,
                                         attempt, lost)
