@@ -40,14 +40,19 @@ class Principal:
     def queue_problem(self, queue: str) -> str | None:
         return keys.queue_problem(list(self.queues) if self.queues is not None else None, queue)
 
+    def priority_problem(self, priority: int) -> str | None:
+        if priority > self.max_priority:
+            return (f"{priority} is above this key's max_priority {self.max_priority}; "
+                    "ask the admin for a key with a higher max_priority")
+        return None
+
     def spec_problems(self, queue: str, priority: int, preemptible: bool) -> list[tuple[str, str]]:
         """What this key may not ask of a spec, as (field, words)."""
         found = []
         if why := self.queue_problem(queue):
             found.append(("queue", why))
-        if priority > self.max_priority:
-            found.append(("priority", f"{priority} is above this key's max_priority {self.max_priority}; "
-                                      "ask the admin for a key with a higher max_priority"))
+        if why := self.priority_problem(priority):
+            found.append(("priority", why))
         if not preemptible and not self.may_protect:
             found.append(("preemptible", "this key may not submit jobs that cannot be preempted; "
                                          "ask the admin for a key created with may_protect"))

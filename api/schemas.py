@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StringConstraints
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictInt, StringConstraints
 
 from jobs.reads import job_lookup, job_pages
 from jobs.store.models import ApiKey, Job, MetricPoint
@@ -193,6 +193,20 @@ class KeyCreate(BaseModel):
     )
     max_priority: StrictInt = Field(50, ge=0, le=100, description="The highest job priority the key may submit at.")
     may_protect: StrictBool = Field(False, description="Whether the key may submit jobs with preemptible: false.")
+
+
+def _whole_number(value: Any) -> Any:
+    """JSON Schema's integer: 80 and 80.0 are one number, "80" and true are none."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+class JobUpdate(BaseModel):
+    """What may change on a job once submitted: its priority, while it is queued or running."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    priority: Annotated[StrictInt, BeforeValidator(_whole_number)] = Field(
+        ..., ge=0, le=100, description="0-100, at most the key's max_priority; higher goes first and may preempt lower-priority jobs.")
 
 
 class QuotaIn(BaseModel):

@@ -15,7 +15,7 @@ from api.auth import PrincipalDep
 from api.deps import JobId, RedisDep, SessionDep, SettingsDep
 from api.errors import invalid, responses
 from api.job_reader import JobReader
-from api.schemas import CheckpointList, CheckpointOut, JobList, JobOut, MetricList, MetricOut
+from api.schemas import CheckpointList, CheckpointOut, JobList, JobOut, JobUpdate, MetricList, MetricOut
 from jobs.code_bundles import files as bundles
 from jobs.lifecycle import job_control, submission
 from jobs.reads import checkpoint_archive, cursors, job_lookup, job_pages, weights_file
@@ -126,6 +126,17 @@ def cancel_job(job_id: JobId, principal: PrincipalDep, session: SessionDep, redi
 def delete_job(job_id: JobId, principal: PrincipalDep, session: SessionDep, settings: SettingsDep) -> Response:
     job_control.delete_job(session, settings, principal.owner, job_id)
     return Response(status_code=204)
+
+
+@router.patch("/{job_id}", response_model=JobOut, responses=responses(409),
+              summary="Change a queued or running job's priority (up to the key's max_priority)")
+def update_job(job_id: JobId, update: JobUpdate, principal: PrincipalDep, session: SessionDep, redis: RedisDep,
+               settings: SettingsDep) -> JobOut:
+    if why := principal.priority_problem(update.priority):
+        raise SpecError([SpecProblem(("priority",), why)])
+    job_control.set_priority(session, principal.owner, job_id, update.priority)
+    scheduler.nudge(redis)  # a raised priority may place or preempt now, not at the next periodic pass
+    return JobOut.detail(job_lookup.job_detail(session, redis, settings, principal.owner, job_id))
 
 
 @router.post("/{job_id}/retry", status_code=201, response_model=JobOut, responses=responses(409, 429),

@@ -1,4 +1,5 @@
-"""What an owner does to an existing job: cancel it, or delete a finished one with its rows and run directory."""
+"""What an owner does to an existing job: cancel it, change its priority, or delete a finished one with its rows and
+run directory."""
 
 from __future__ import annotations
 
@@ -42,6 +43,29 @@ def request_cancel(session: Session, redis: Redis, owner: str, job_id: str) -> J
             job = get_job(session, owner, job_id)
             session.refresh(job)
     raise JobConflict(f"job {job_id} keeps changing state; try again")
+
+
+def set_priority(session: Session, owner: str, job_id: str, priority: int) -> Job:
+    """A queued or running job's new priority. The scheduler reads it on its next pass: a queued job moves in line
+    and may preempt lower-priority jobs; a running one may preempt or be preempted by it. Otherwise JobConflict."""
+    job = get_job(session, owner, job_id)
+    if job.status not in _PRIORITY_CHANGES:
+        raise JobConflict(f"job {job_id} is {job.status}; only a queued or running job's priority can change")
+    before = job.priority
+    # Guarded on the status: a job that finished (or began cancelling) since the read keeps what it ran with.
+    changed = session.exec(sa.update(Job).where(Job.id == job_id, Job.status.in_(_PRIORITY_CHANGES))  # type: ignore[call-overload, attr-defined]
+                           .values(priority=priority))
+    if changed.rowcount != 1:
+        session.rollback()
+        session.refresh(job)
+        raise JobConflict(f"job {job_id} is {job.status}; only a queued or running job's priority can change")
+    session.commit()
+    session.refresh(job)
+    log.info("job %s: priority %d -> %d (owner %s)", job_id, before, priority, owner)
+    return job
+
+
+_PRIORITY_CHANGES = (Status.QUEUED.value, Status.RUNNING.value)
 
 
 def delete_job(session: Session, settings: Settings, owner: str, job_id: str) -> None:

@@ -96,15 +96,15 @@ def test_a_metric_cursor_round_trips(step: int, name: str) -> None:
 
 def test_every_405_and_options_answer_lists_every_method_of_the_path(client: TestClient) -> None:
     digest = "sha256:" + "0" * 64
-    expected = {"/v1/jobs/abc": "DELETE, GET, OPTIONS", "/v1/keys": "GET, OPTIONS, POST", "/v1/keys/abc": "DELETE, OPTIONS",
+    expected = {"/v1/jobs/abc": "DELETE, GET, OPTIONS, PATCH", "/v1/keys": "GET, OPTIONS, POST", "/v1/keys/abc": "DELETE, OPTIONS",
                 f"/v1/code/{digest}": "GET, HEAD, OPTIONS", "/v1/jobs": "GET, OPTIONS, POST",
                 "/v1/jobs/abc/cancel": "OPTIONS, POST"}
     for path, allow in expected.items():
         options = client.options(path)
         assert options.status_code == 204 and options.headers["allow"] == allow, (path, options.headers)
-        refused = client.request("PATCH", path)
+        refused = client.request("PUT", path)
         assert refused.status_code == 405 and refused.headers["allow"] == allow
-        assert refused.headers["content-type"] == "application/problem+json" and "PATCH" in refused.json()["detail"]
+        assert refused.headers["content-type"] == "application/problem+json" and "PUT" in refused.json()["detail"]
     # A path no route has is a 404 for every method, not a 405 with an empty Allow.
     for method in ("OPTIONS", "GET", "POST", "DELETE"):
         for path in ("/v1/nothing-here", "/v1/jobs/abc/nothing", "/v1/jobs/..%2Fkeys%2Fabc", "/nothing"):

@@ -11,7 +11,7 @@ from jobs.reads import cursors
 from jobs.settings import Settings
 from jobs.store.db import get_engine
 from jobs.store.ingest import ingest_events
-from tests.api.conftest import mlp_spec
+from tests.api.conftest import key_headers, mlp_spec
 
 
 def test_submit_queues_job_in_sql(client: TestClient, settings: Settings) -> None:
@@ -84,6 +84,32 @@ def test_cancel_queued_job_never_runs_and_second_cancel_conflicts(client: TestCl
     again = client.post(f"/v1/jobs/{job['id']}/cancel")
     assert again.status_code == 409
     assert "already cancelled" in again.json()["detail"]
+
+
+def test_a_priority_change_that_cannot_be_made_is_refused_and_changes_nothing(client: TestClient) -> None:
+    bob = key_headers(client, "bob")  # a key of max_priority 50, the default
+    mine = client.post("/v1/jobs", json=mlp_spec(priority=20), headers=bob).json()["id"]
+    refused = {
+        "above the key's max_priority": (client.patch(f"/v1/jobs/{mine}", json={"priority": 51}, headers=bob), 422, "priority"),
+        "out of range": (client.patch(f"/v1/jobs/{mine}", json={"priority": -1}, headers=bob), 422, "priority"),
+        "not a number": (client.patch(f"/v1/jobs/{mine}", json={"priority": "high"}, headers=bob), 422, "priority"),
+        "another field": (client.patch(f"/v1/jobs/{mine}", json={"priority": 30, "queue": "x"}, headers=bob), 422, "queue"),
+        "another owner's job": (client.patch(f"/v1/jobs/{mine}", json={"priority": 30}, headers=key_headers(client, "eve")), 404, None),
+    }
+    for what, (resp, status, field) in refused.items():
+        assert resp.status_code == status, (what, resp.text)
+        if field:
+            assert [e["field"] for e in resp.json()["errors"]] == [field], (what, resp.text)
+    assert "max_priority 50" in refused["above the key's max_priority"][0].json()["detail"]
+    assert client.get(f"/v1/jobs/{mine}", headers=bob).json()["priority"] == 20
+    assert client.patch(f"/v1/jobs/{mine}", json={"priority": 40.0}, headers=bob).json()["priority"] == 40  # JSON's integer
+    for not_whole in (40.5, True, "40"):
+        assert client.patch(f"/v1/jobs/{mine}", json={"priority": not_whole}, headers=bob).status_code == 422, not_whole
+    assert client.patch(f"/v1/jobs/{mine}", json={"priority": 50}, headers=bob).json()["priority"] == 50
+    client.post(f"/v1/jobs/{mine}/cancel", headers=bob)
+    finished = client.patch(f"/v1/jobs/{mine}", json={"priority": 10}, headers=bob)
+    assert finished.status_code == 409 and "only a queued or running job's priority can change" in finished.json()["detail"]
+    assert client.get(f"/v1/jobs/{mine}", headers=bob).json()["priority"] == 50
 
 
 def test_list_is_newest_first_with_cursor_and_filters(client: TestClient) -> None:

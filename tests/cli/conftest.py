@@ -23,8 +23,10 @@ def live(services: Services) -> Services:
     return services
 
 
-def cli(services: Services, *args: str) -> tuple[int, str]:
-    env = {"TORCHYARD_URL": services.url, "TORCHYARD_API_KEY": services.headers["Authorization"].removeprefix("Bearer ")}
+def cli(services: Services, *args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
+    """Run the CLI in-process against ``services`` with the admin key; ``env`` overrides (another key)."""
+    env = {"TORCHYARD_URL": services.url, "TORCHYARD_API_KEY": services.headers["Authorization"].removeprefix("Bearer "),
+           **(env or {})}
     result = CliRunner().invoke(app, list(args), env=env)
     out = result.output
     if result.exception is not None and not isinstance(result.exception, SystemExit):

@@ -84,6 +84,26 @@ def test_a_pass_packs_a_host_and_stores_why_the_rest_wait(client: TestClient, se
     assert _job(settings, two).waiting_reason is None
 
 
+def test_a_changed_priority_moves_a_waiting_job_ahead_and_preempts_for_it(client: TestClient, settings: Settings) -> None:  # noqa: F811
+    (settings.code_dir / "train.py").write_text("pass\n")
+    _host(settings, "gpu-a", 2)
+    running = _submit(client, 2)
+    assert _pass(settings).placed == [running]
+    first, second = _submit(client, 2), _submit(client, 2)
+    _pass(settings)
+    assert (_job(settings, first).queue_position, _job(settings, second).queue_position) == (0, 1)
+
+    changed = client.patch(f"/v1/jobs/{second}", json={"priority": 80})
+    assert changed.status_code == 200 and changed.json()["priority"] == 80, changed.text
+    assert client.patch(f"/v1/jobs/{running}", json={"priority": 10}).json()["priority"] == 10  # a running job's too
+    report = _pass(settings.model_copy(update={"preempt_min_runtime_s": 0}))
+    # The raised job goes first in line, and the lowered one, now below it, is asked to make room for it.
+    assert (_job(settings, second).queue_position, _job(settings, first).queue_position) == (0, 1)
+    assert report.preempted == [running]
+    assert f"job {second} (priority 80)" in (_job(settings, running).stop_request or "")
+    assert client.get(f"/v1/jobs/{first}").json()["priority"] == 50  # nothing else changed
+
+
 def test_gangs_get_every_host_at_once_and_queues_are_kept_apart(client: TestClient, settings: Settings) -> None:  # noqa: F811
     (settings.code_dir / "train.py").write_text("pass\n")
     _host(settings, "a", 2)

@@ -1,6 +1,7 @@
 """Who goes first, on real processes: a worker declaring 2 GPUs, the scheduler's priorities, quotas and
 preemption carried out with the stop every job gets (SIGTERM, a checkpoint within the grace, back in line
-without spending a retry), and backfill that never delays the job the host is reserved for."""
+without spending a retry), also for a priority raised while waiting, and backfill that never delays the job the
+host is reserved for."""
 
 from __future__ import annotations
 
@@ -168,6 +169,27 @@ def test_young_and_protected_jobs_are_not_preempted(services: Services, out: str
         for job_id in (high, protected, young):
             release(out, job_id)
         assert services.wait_status(client, young, TERMINAL, timeout_s=300)["status"] == "succeeded"
+
+
+def test_raising_a_waiting_jobs_priority_preempts_for_it(services: Services, out: str) -> None:
+    services.start_api()
+    services.start_worker("gpu-box", TORCHYARD_WORKER_GPUS="2", TORCHYARD_PREEMPT_MIN_RUNTIME_S="0")
+    with services.client() as client:
+        first = hold_job(client, 2, out=out, priority=10)
+        services.wait_status(client, first, {"running"}, timeout_s=300)
+        second = hold_job(client, 2, out=out, priority=10)
+        waiting = wait_until(lambda: client.get(f"/v1/jobs/{second}").json()["waiting_reason"], 120, what="a waiting reason")
+        assert "preempt" not in waiting and client.get(f"/v1/jobs/{first}").json()["status"] == "running"  # equals wait
+        assert client.patch(f"/v1/jobs/{second}", json={"priority": 90}).status_code == 200
+        back = services.wait_status(client, first, {"queued", *TERMINAL}, timeout_s=300)
+        assert back["status"] == "queued" and f"preempted by job {second} (priority 90)" in back["waiting_reason"]
+        services.wait_status(client, second, {"running"}, timeout_s=300)
+        release(out, second)
+        assert services.wait_status(client, second, TERMINAL, timeout_s=300)["status"] == "succeeded"
+        services.wait_status(client, first, {"running"}, timeout_s=300)
+        release(out, first)
+        done = services.wait_status(client, first, TERMINAL, timeout_s=300)
+        assert done["status"] == "succeeded" and done["attempt"] == 2 and done["priority"] == 10
 
 
 def test_a_backfilled_job_never_delays_the_job_the_host_is_reserved_for(services: Services, out: str) -> None:

@@ -66,7 +66,8 @@ STATEFUL_STEPS = int(os.environ.get("TORCHYARD_SCHEMATHESIS_STEPS", "80"))
 # What a rule the OpenAPI cannot state answers for data its schema admits (see the module's docstring).
 SEMANTIC = {("POST", "/v1/jobs"), ("POST", "/v1/keys"), ("POST", "/v1/code"), ("GET", "/v1/jobs/{job_id}/logs"),
             ("POST", "/v1/sweeps"),  # a sweep's base spec and each trial's are checked as a job's spec is
-            ("POST", "/v1/webhooks")}  # an address refused as loopback, private or metadata (server-side request forgery)
+            ("POST", "/v1/webhooks"),  # an address refused as loopback, private or metadata (server-side request forgery)
+            ("PATCH", "/v1/jobs/{job_id}")}  # a priority above the key's max_priority
 
 
 @dataclass

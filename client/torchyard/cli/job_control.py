@@ -1,5 +1,5 @@
-"""``torchyard cancel``, ``retry`` and ``rm``: stop a job, run a finished one again from its latest checkpoint, or
-delete finished jobs."""
+"""``torchyard cancel``, ``retry``, ``priority`` and ``rm``: stop a job, run a finished one again from its latest
+checkpoint, move a waiting or running one up or down, or delete finished jobs."""
 
 from __future__ import annotations
 
@@ -53,6 +53,25 @@ def retry(
         _follow_and_exit(client, job, as_json)
 
 
+
+
+@app.command()
+@handles_errors
+def priority(
+    ctx: typer.Context,
+    job_id: JobIdArg,
+    value: Annotated[int, typer.Argument(min=0, max=100, help="0-100, at most your key's max_priority.", show_default=False)],
+    as_json: Annotated[bool, typer.Option("--json", help="Print the job as JSON.")] = False,
+) -> None:
+    """Change a queued or running job's priority: higher goes first and may preempt lower-priority jobs."""
+    client = _settings(ctx).client()
+    before = client.job(job_id).priority
+    job = client.set_priority(job_id, value)
+    if as_json:
+        _echo_json(_dump(job))
+        return
+    # The scheduler's next pass (nudged by the change) moves it in line or preempts; `torchyard status` shows where.
+    console.print(f"{job.id}: priority {before} -> {job.priority}, {status_markup(job.status)}")
 
 
 @app.command("rm")

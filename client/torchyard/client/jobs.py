@@ -1,5 +1,5 @@
-"""Jobs: submit a spec (a dict, or a YAML/JSON file read by ``load_spec``), list, get, cancel, retry, delete and wait
-for jobs, and read their metrics and checkpoints."""
+"""Jobs: submit a spec (a dict, or a YAML/JSON file read by ``load_spec``), list, get, cancel, retry, reprioritise,
+delete and wait for jobs, and read their metrics and checkpoints."""
 
 from __future__ import annotations
 
@@ -83,6 +83,11 @@ class JobsApi(CodeBundlesApi):
 
     def cancel(self, job_id: str) -> Job:
         return Job.model_validate(self._json("POST", job_path(job_id, "cancel")))
+
+    def set_priority(self, job_id: str, priority: int) -> Job:
+        """A queued or running job's new priority (0-100, at most the key's max_priority): a queued job moves in line and
+        may preempt lower-priority jobs at once. Conflict (409) once it finished."""
+        return Job.model_validate(self._json("PATCH", job_path(job_id), json={"priority": priority}))
 
     def delete_job(self, job_id: str) -> None:
         """Delete a finished job: its metrics, checkpoints, logs and run directory. Conflict (409) while it is queued or

@@ -1,5 +1,6 @@
-"""``torchyard rm`` against a real API process: finished jobs go, a queued one and another owner's stay, choosing by
-status asks first; and a job id never reaches another route, whatever it holds."""
+"""``torchyard rm`` and ``priority`` against a real API process: finished jobs go, a queued one and another owner's
+stay, choosing by status asks first; a waiting job's priority changes within the key's limit; and a job id never
+reaches another route, whatever it holds."""
 
 from __future__ import annotations
 
@@ -66,6 +67,28 @@ def test_rm_deletes_finished_jobs_and_refuses_the_rest(services: Services) -> No
     assert code == 0 and "no finished jobs match" in out, out
     code, out = cli(services, "rm", queued, "--status", "failed")
     assert code == 2 and "not both" in out, out
+
+
+def test_priority_changes_a_waiting_jobs_priority_within_the_keys_limit(services: Services) -> None:
+    services.start_api()
+    (services.settings.code_dir / "train.py").write_text("pass\n")
+    job_id = submit(services, "waiting")
+    code, out = cli(services, "priority", job_id, "90")
+    assert code == 0 and f"{job_id}: priority 50 -> 90, queued" in out, out
+    code, out = cli(services, "status", job_id, "--json")
+    assert code == 0 and json.loads(out)["priority"] == 90, out
+    code, out = cli(services, "priority", job_id, "101")
+    assert code == 2 and "less than or equal to 100" in out, out  # refused before any request
+    code, out = cli(services, "keys", "create", "--owner", "dave", "--name", "ci", "--max-priority", "60", "--json")
+    daves = {"TORCHYARD_API_KEY": json.loads(out)["key"]}
+    with services.client() as http:
+        mine = http.post("/v1/jobs", json={"kind": "script", "name": "d", "entrypoint": "train.py"},
+                         headers={"Authorization": f"Bearer {daves['TORCHYARD_API_KEY']}"}).json()["id"]
+    code, out = cli(services, "priority", mine, "70", env=daves)
+    assert code == 4 and "priority: 70 is above this key's max_priority 60" in out, out
+    cli(services, "cancel", job_id)
+    code, out = cli(services, "priority", job_id, "10")
+    assert code == 4 and "only a queued or running job's priority can change" in out, out
 
 
 def test_a_job_id_is_one_path_segment(services: Services) -> None:
