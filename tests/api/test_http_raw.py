@@ -48,7 +48,7 @@ def test_malformed_requests_get_problem_json_and_methods_are_listed(services: Se
         assert problem["status"] == 400 and problem["title"] == "Bad Request" and problem["detail"]
 
     status, headers, body = raw(services.url, b"OPTIONS /v1/jobs/abc HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-    assert status == 204 and headers["allow"] == "DELETE, GET, OPTIONS" and body == b""
+    assert status == 204 and headers["allow"] == "DELETE, GET, OPTIONS, PATCH" and body == b""
     status, headers, body = raw(services.url, f"PUT /v1/keys HTTP/1.1\r\nHost: x\r\nAuthorization: {auth}\r\n"
                                               "Content-Length: 0\r\nConnection: close\r\n\r\n".encode())
     assert status == 405 and headers["allow"] == "GET, OPTIONS, POST"
