@@ -37,6 +37,13 @@ class Principal:
     max_priority: int = 100  # the admin submits at any priority
     may_protect: bool = True  # and may submit jobs that are not preemptible
 
+    @property
+    def scope(self) -> str | None:
+        """Whose jobs (and usage, quotas, jobs on hosts) this key sees and acts on by id: its owner's, or every owner's
+        (None) for the admin, who runs the box: a tenant's job holding a GPU is one the admin can look at, cancel,
+        reprioritise and delete."""
+        return None if self.is_admin else self.owner
+
     def queue_problem(self, queue: str) -> str | None:
         return keys.queue_problem(list(self.queues) if self.queues is not None else None, queue)
 

@@ -50,7 +50,7 @@ class ArtifactList(BaseModel):
 @router.get("/{job_id}/artifacts", response_model=ArtifactList,
             summary="Files under the run's artifacts/ directory and those the job wrote in its working directory, by path")
 def list_artifacts(job_id: JobId, principal: PrincipalDep, session: SessionDep, settings: SettingsDep) -> ArtifactList:
-    job = job_lookup.get_job(session, principal.owner, job_id)
+    job = job_lookup.get_job(session, principal.scope, job_id)
     listed, truncated = artifact_files.list_files(settings, job.id)
     return ArtifactList(items=[ArtifactOut(path=p, size_bytes=size, modified=datetime.fromtimestamp(mtime, timezone.utc))
                                for p, (size, mtime) in listed.items()], truncated=truncated)
@@ -60,7 +60,7 @@ def list_artifacts(job_id: JobId, principal: PrincipalDep, session: SessionDep, 
             summary="Download one file of the run's artifacts/ directory, or workdir/<path> the job wrote")
 def get_artifact(job_id: JobId, path: ArtifactPath, principal: PrincipalDep, session: SessionDep,
                  settings: SettingsDep, range_header: ranges.RangeHeader = None) -> StreamingResponse:
-    job = job_lookup.get_job(session, principal.owner, job_id)
+    job = job_lookup.get_job(session, principal.scope, job_id)
     try:
         f = artifact_files.open_file(settings, job.id, path)
     except FileNotFoundError:

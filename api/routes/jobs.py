@@ -6,7 +6,7 @@ import re
 from pathlib import PurePath
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Header, Path, Query, Request, Response
+from fastapi import APIRouter, Body, Header, HTTPException, Path, Query, Request, Response
 from fastapi.responses import StreamingResponse
 from pydantic import StringConstraints
 
@@ -21,7 +21,7 @@ from jobs.lifecycle import job_control, submission
 from jobs.reads import checkpoint_archive, cursors, job_lookup, job_pages, weights_file
 from jobs.scheduling import dependencies, scheduler
 from jobs.store.models import Status
-from jobspec.spec import LABEL_KEY_PATTERN, AnySpec, SpecError, SpecProblem, spec_problems
+from jobspec.spec import LABEL_KEY_PATTERN, NAME_PATTERN, AnySpec, SpecError, SpecProblem, spec_problems
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
@@ -80,7 +80,11 @@ def _labels(label: list[str]) -> dict[str, str]:
     return pairs
 
 
-@router.get("", response_model=JobList, summary="List jobs, newest first")
+EVERY_OWNER = "*"
+EVERY_OWNER_OR_NAME = rf"^(\*|{NAME_PATTERN.strip('^$')})$"
+
+
+@router.get("", response_model=JobList, responses=responses(403), summary="List jobs, newest first")
 def list_jobs(
     principal: PrincipalDep,
     session: SessionDep,
@@ -90,9 +94,14 @@ def list_jobs(
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     cursor: Annotated[str | None, Query(pattern=cursors.JOB_CURSOR,
                                         description="A next_cursor this server returned.")] = None,
+    owner: Annotated[str | None, Query(pattern=EVERY_OWNER_OR_NAME, description="The admin: this owner's jobs, or * for "
+                                       "every owner's (default: the key's own). Another key may name only its own owner.")] = None,
 ) -> JobList:
+    if owner is not None and not principal.is_admin and owner != principal.owner:
+        raise HTTPException(403, "only the admin key lists another owner's jobs")
+    listed = principal.owner if owner is None else None if owner == EVERY_OWNER else owner
     try:
-        page = job_pages.list_jobs(session, principal.owner, status=status, name=name, labels=_labels(label), limit=limit, cursor=cursor)
+        page = job_pages.list_jobs(session, listed, status=status, name=name, labels=_labels(label), limit=limit, cursor=cursor)
     except cursors.MalformedCursor as exc:
         raise invalid("query", "cursor", str(exc)) from exc
     return JobList(items=[JobOut.summary(j) for j in page.items], next_cursor=page.next_cursor)
@@ -104,7 +113,7 @@ async def get_job(job_id: JobId, principal: PrincipalDep, request: Request) -> R
     state = request.app.state
     reader: JobReader = state.job_reader
     rows = await reader.read(job_id)  # in the event loop: cheaper than a hop to a thread (api.job_reader)
-    if rows is None or rows.values["owner"] != principal.owner:
+    if rows is None or not job_lookup.readable(rows.values["owner"], principal.scope):
         raise job_lookup.JobNotFound(job_id)  # another owner's job is indistinguishable from a missing one
     # A queued job's place and waiting reason are stored by the scheduler: every status reads the same way.
     return _detail_response(job_lookup.detail_of(rows, None, state.redis, state.settings))
@@ -117,14 +126,14 @@ def _detail_response(detail: job_lookup.JobDetail) -> Response:
 
 @router.post("/{job_id}/cancel", response_model=JobOut, summary="Cancel a queued or running job", responses=responses(409))
 def cancel_job(job_id: JobId, principal: PrincipalDep, session: SessionDep, redis: RedisDep) -> JobOut:
-    job = job_control.request_cancel(session, redis, principal.owner, job_id)
+    job = job_control.request_cancel(session, redis, principal.scope, job_id)
     return JobOut.of(job, secrets=job_lookup.secret_names(session, job.id))
 
 
 @router.delete("/{job_id}", status_code=204, response_class=Response, responses=responses(409),
                summary="Delete a finished job: its rows and its run directory (409 while queued or running)")
 def delete_job(job_id: JobId, principal: PrincipalDep, session: SessionDep, settings: SettingsDep) -> Response:
-    job_control.delete_job(session, settings, principal.owner, job_id)
+    job_control.delete_job(session, settings, principal.scope, job_id)
     return Response(status_code=204)
 
 
@@ -134,9 +143,9 @@ def update_job(job_id: JobId, update: JobUpdate, principal: PrincipalDep, sessio
                settings: SettingsDep) -> JobOut:
     if why := principal.priority_problem(update.priority):
         raise SpecError([SpecProblem(("priority",), why)])
-    job_control.set_priority(session, principal.owner, job_id, update.priority)
+    job_control.set_priority(session, principal.scope, job_id, update.priority)
     scheduler.nudge(redis)  # a raised priority may place or preempt now, not at the next periodic pass
-    return JobOut.detail(job_lookup.job_detail(session, redis, settings, principal.owner, job_id))
+    return JobOut.detail(job_lookup.job_detail(session, redis, settings, principal.scope, job_id))
 
 
 @router.post("/{job_id}/retry", status_code=201, response_model=JobOut, responses=responses(409, 429),
@@ -168,7 +177,7 @@ def get_metrics(
     cursor: Annotated[str | None, Query(pattern=cursors.METRIC_CURSOR,
                                         description="A next_cursor this server returned.")] = None,
 ) -> MetricList:
-    job_lookup.get_job(session, principal.owner, job_id)
+    job_lookup.get_job(session, principal.scope, job_id)
     try:
         page = job_pages.metric_points(session, job_id, names=name, since_step=since_step, limit=limit, cursor=cursor)
     except cursors.MalformedCursor as exc:
@@ -178,7 +187,7 @@ def get_metrics(
 
 @router.get("/{job_id}/checkpoints", response_model=CheckpointList, summary="Saved checkpoints with their sizes, oldest first")
 def get_checkpoints(job_id: JobId, principal: PrincipalDep, session: SessionDep, settings: SettingsDep) -> CheckpointList:
-    job = job_lookup.get_job(session, principal.owner, job_id)
+    job = job_lookup.get_job(session, principal.scope, job_id)
     return CheckpointList(items=[CheckpointOut.of(info, job.id) for info in job_lookup.checkpoint_infos(session, settings, job)])
 
 
@@ -192,7 +201,7 @@ def _weights_response(job_id: str, step: int, opened: weights_file.OpenedFile, r
             summary="Download the consolidated weights of the latest checkpoint that has them (the final one)")
 def get_final_weights(job_id: JobId, principal: PrincipalDep, session: SessionDep, settings: SettingsDep,
                       range_header: ranges.RangeHeader = None) -> StreamingResponse:
-    ckpt, opened = weights_file.weights_file(session, settings, principal.owner, job_id)
+    ckpt, opened = weights_file.weights_file(session, settings, principal.scope, job_id)
     return _weights_response(job_id, ckpt.step, opened, range_header)
 
 
@@ -202,7 +211,7 @@ def get_checkpoint_weights(
     job_id: JobId, step: Annotated[int, Path(ge=0, le=2**62)], principal: PrincipalDep, session: SessionDep, settings: SettingsDep,
     range_header: ranges.RangeHeader = None,
 ) -> StreamingResponse:
-    ckpt, opened = weights_file.weights_file(session, settings, principal.owner, job_id, step)
+    ckpt, opened = weights_file.weights_file(session, settings, principal.scope, job_id, step)
     return _weights_response(job_id, ckpt.step, opened, range_header)
 
 
@@ -212,7 +221,7 @@ def get_checkpoint_weights(
 def get_checkpoint_archive(
     job_id: JobId, step: Annotated[int, Path(ge=0, le=2**62)], principal: PrincipalDep, session: SessionDep, settings: SettingsDep,
 ) -> StreamingResponse:
-    ckpt, files = checkpoint_archive.checkpoint_tree(session, settings, principal.owner, job_id, step)
+    ckpt, files = checkpoint_archive.checkpoint_tree(session, settings, principal.scope, job_id, step)
     name = _SAFE_NAME.sub("_", f"{job_id}-step{ckpt.step}-{PurePath(ckpt.path).name}.tar")
     return StreamingResponse(checkpoint_archive.tar_stream(settings, job_id, ckpt, files), media_type="application/x-tar",
                              headers={"Content-Disposition": f'attachment; filename="{name}"'})

@@ -19,7 +19,7 @@ Owner = Annotated[str, Path(pattern=NAME_PATTERN, max_length=64, description="Th
 
 @router.get("", response_model=QuotaList, summary="Quotas and what each owner holds now (a tenant sees its own)")
 def list_quotas(principal: PrincipalDep, session: SessionDep) -> QuotaList:
-    owner = None if principal.is_admin else principal.owner
+    owner = principal.scope
     return QuotaList(items=[QuotaOut.model_validate(u, from_attributes=True) for u in quotas.usage(session, owner)])
 
 

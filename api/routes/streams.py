@@ -77,7 +77,7 @@ async def job_events(
 ) -> EventSourceResponse:
     engine: Engine = request.app.state.engine
     settings: Settings = request.app.state.settings
-    job = await run_in_threadpool(_in_session, engine, job_lookup.get_job, principal.owner, job_id)
+    job = await run_in_threadpool(_in_session, engine, job_lookup.get_job, principal.scope, job_id)
     raw = last_event_id_header or last_event_id
     try:
         cursor = feed.Cursor.parse(raw) if raw else None
@@ -183,7 +183,7 @@ async def job_logs(
     settings: Settings = request.app.state.settings
     if stream is not None and (rank is None or rank == job_logs_files.LAUNCHER):
         raise invalid("query", "stream", "needs a rank number; the merged and launcher logs are one stream")
-    job, attempt = await run_in_threadpool(_in_session, engine, job_logs_files.job_log, settings, principal.owner, job_id, attempt)
+    job, attempt = await run_in_threadpool(_in_session, engine, job_logs_files.job_log, settings, principal.scope, job_id, attempt)
     what = job_logs_files.describe(rank, stream)
     resume = job_logs_files.decode_position(position) if position is not None else None  # the pattern has checked it
 

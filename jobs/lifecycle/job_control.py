@@ -24,7 +24,7 @@ class JobConflict(Exception):
     """The request does not fit the job's current status."""
 
 
-def request_cancel(session: Session, redis: Redis, owner: str, job_id: str) -> Job:
+def request_cancel(session: Session, redis: Redis, owner: str | None, job_id: str) -> Job:
     """Queued: cancelled at once and never runs. Running: ``cancelling``; its supervisor stops
     the whole process tree and finishes the transition. Terminal: JobConflict."""
     job = get_job(session, owner, job_id)
@@ -45,7 +45,7 @@ def request_cancel(session: Session, redis: Redis, owner: str, job_id: str) -> J
     raise JobConflict(f"job {job_id} keeps changing state; try again")
 
 
-def set_priority(session: Session, owner: str, job_id: str, priority: int) -> Job:
+def set_priority(session: Session, owner: str | None, job_id: str, priority: int) -> Job:
     """A queued or running job's new priority. The scheduler reads it on its next pass: a queued job moves in line
     and may preempt lower-priority jobs; a running one may preempt or be preempted by it. Otherwise JobConflict."""
     job = get_job(session, owner, job_id)
@@ -61,14 +61,14 @@ def set_priority(session: Session, owner: str, job_id: str, priority: int) -> Jo
         raise JobConflict(f"job {job_id} is {job.status}; only a queued or running job's priority can change")
     session.commit()
     session.refresh(job)
-    log.info("job %s: priority %d -> %d (owner %s)", job_id, before, priority, owner)
+    log.info("job %s of %s: priority %d -> %d%s", job_id, job.owner, before, priority, "" if owner else " by the admin")
     return job
 
 
 _PRIORITY_CHANGES = (Status.QUEUED.value, Status.RUNNING.value)
 
 
-def delete_job(session: Session, settings: Settings, owner: str, job_id: str) -> None:
+def delete_job(session: Session, settings: Settings, owner: str | None, job_id: str) -> None:
     """Delete a finished job: its rows (metrics, checkpoints, attempts, transitions, secrets, idempotency
     keys, the job) in one transaction, then its run directory and its objects in the store. A queued or running job: JobConflict."""
     job = get_job(session, owner, job_id)

@@ -36,7 +36,7 @@ MAX_FILES = 10_000
 _BLOCK = 512
 
 
-def checkpoint_tree(session: Session, settings: Settings, owner: str, job_id: str, step: int) -> tuple[Checkpoint, list[str]]:
+def checkpoint_tree(session: Session, settings: Settings, owner: str | None, job_id: str, step: int) -> tuple[Checkpoint, list[str]]:
     """The checkpoint at ``step`` and its regular files (relative to the run directory); FileUnavailable if none."""
     get_job(session, owner, job_id)
     saved = [c for c in checkpoints(session, job_id) if c.step == step]

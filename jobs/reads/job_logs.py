@@ -40,7 +40,7 @@ def describe(rank: str | None, stream: str | None) -> str:
     return f"rank {rank} {stream or 'output'}"
 
 
-def job_log(session: Session, settings: Settings, owner: str, job_id: str, attempt: int | None) -> tuple[Job, int]:
+def job_log(session: Session, settings: Settings, owner: str | None, job_id: str, attempt: int | None) -> tuple[Job, int]:
     """The job and the attempt whose logs are wanted (default: the current one)."""
     job = get_job(session, owner, job_id)
     attempt = job.attempt if attempt is None else attempt

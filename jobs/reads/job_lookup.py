@@ -24,12 +24,17 @@ class JobNotFound(LookupError):
         super().__init__(f"job {job_id} not found")
 
 
-def get_job(session: Session, owner: str, job_id: str) -> Job:
+def get_job(session: Session, owner: str | None, job_id: str) -> Job:
     job = session.get(Job, job_id)
-    if job is None or job.owner != owner:
+    if job is None or not readable(job.owner, owner):
         # Another owner's job is indistinguishable from a missing one.
         raise JobNotFound(job_id)
     return job
+
+
+def readable(job_owner: str, scope: str | None) -> bool:
+    """A job of ``job_owner`` to a caller whose scope is ``scope``: one owner's jobs, or None for every owner's."""
+    return scope is None or job_owner == scope
 
 
 def secret_names(session: Session, job_id: str) -> list[str]:
@@ -64,9 +69,9 @@ class JobDetail:
     secret_names: list[str] = field(default_factory=list)
 
 
-def job_detail(session: Session, redis: Redis, settings: Settings, owner: str, job_id: str) -> JobDetail:
+def job_detail(session: Session, redis: Redis, settings: Settings, owner: str | None, job_id: str) -> JobDetail:
     rows = job_read.read(session.connection(), job_id)
-    if rows is None or rows.values["owner"] != owner:
+    if rows is None or not readable(rows.values["owner"], owner):
         raise JobNotFound(job_id)  # another owner's job is indistinguishable from a missing one
     return detail_of(rows, session, redis, settings)
 

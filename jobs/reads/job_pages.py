@@ -52,12 +52,15 @@ def _summary_spec(row: Any) -> dict[str, Any]:
 
 
 def list_jobs(
-    session: Session, owner: str, *, status: list[Status] | None = None, name: str | None = None,
+    session: Session, owner: str | None, *, status: list[Status] | None = None, name: str | None = None,
     labels: dict[str, str] | None = None, limit: int = 50, cursor: str | None = None,
 ) -> Page:
-    """Newest first, as JobSummary items. Ids sort by creation time, so the cursor is the last id seen."""
+    """``owner``'s jobs (None: every owner's), newest first, as JobSummary items. Ids sort by creation time, so the
+    cursor is the last id seen."""
     spec_parts = [Job.spec[path].label(f"s_{key}") for key, path in _SPEC_SUMMARY.items()]  # type: ignore[index]
-    query = sa.select(*_SUMMARY_COLUMNS, *spec_parts).where(Job.owner == owner)
+    query = sa.select(*_SUMMARY_COLUMNS, *spec_parts)
+    if owner is not None:
+        query = query.where(Job.owner == owner)
     if status:
         query = query.where(Job.status.in_([s.value for s in status]))  # type: ignore[attr-defined]
     if name:

@@ -28,7 +28,8 @@ class OpenedFile:
     name: str  # the file's own name, for Content-Disposition
 
 
-def weights_file(session: Session, settings: Settings, owner: str, job_id: str, step: int | None = None) -> tuple[Checkpoint, OpenedFile]:
+def weights_file(session: Session, settings: Settings, owner: str | None, job_id: str,
+                 step: int | None = None) -> tuple[Checkpoint, OpenedFile]:
     """The consolidated weights of checkpoint ``step``, or of the latest checkpoint that has them, opened."""
     job = get_job(session, owner, job_id)
     saved = [c for c in checkpoints(session, job_id) if step is None or c.step == step]

@@ -1,6 +1,6 @@
-"""``torchyard rm`` and ``priority`` against a real API process: finished jobs go, a queued one and another owner's
-stay, choosing by status asks first; a waiting job's priority changes within the key's limit; and a job id never
-reaches another route, whatever it holds."""
+"""``torchyard rm``, ``priority`` and ``ls --owner`` against a real API process: finished jobs go and queued ones stay
+(the admin's reach covers every owner's, a tenant's only its own), choosing by status asks first; a waiting job's
+priority changes within the key's limit; and a job id never reaches another route, whatever it holds."""
 
 from __future__ import annotations
 
@@ -38,19 +38,26 @@ def test_rm_deletes_finished_jobs_and_refuses_the_rest(services: Services) -> No
     (services.settings.code_dir / "train.py").write_text("pass\n")
     code, out = cli(services, "keys", "create", "--owner", "bob", "--name", "bob's laptop", "--json")
     assert code == 0, out
-    bob = {"Authorization": f"Bearer {json.loads(out)['key']}"}
+    bobs_key = json.loads(out)["key"]
+    bob = {"Authorization": f"Bearer {bobs_key}"}
     bobs = submit(services, "bobs", bob)
 
     queued = submit(services, "waiting")
     done = cancelled(services, "done")
+    code, out = cli(services, "rm", done, env={"TORCHYARD_API_KEY": bobs_key})
+    assert code == 4 and f"job {done} not found" in out, out  # a tenant reaches its own jobs only
     code, out = cli(services, "rm", queued, done, bobs)
     assert code == 4, out  # one refusal is enough to fail the command, but the rest is done
     assert f"deleted {done}" in out and f"{queued}: job {queued} is queued; cancel it first" in out, out
-    assert f"{bobs}: " in out and "not found" in out.lower(), out  # the admin's own jobs only: bob's is not found
+    assert f"{bobs}: job {bobs} is queued; cancel it first" in out, out  # the admin reaches bob's job too
     assert listed(services) == {queued}
     assert httpx.get(f"{services.url}/v1/jobs/{bobs}", headers=bob).json()["status"] == "queued"
     code, out = cli(services, "status", done)
     assert code == 4 and "not found" in out.lower(), out
+    code, out = cli(services, "ls", "--owner", "bob")
+    assert code == 0 and any(line.split()[:4] == [bobs, "bob", "bobs", "queued"] for line in out.splitlines()), out
+    code, out = cli(services, "ls", "--owner", "*", "--json")
+    assert code == 0 and [(j["id"], j["owner"]) for j in json.loads(out)["items"]] == [(queued, "admin"), (bobs, "bob")], out
 
     first, second = cancelled(services, "sweep-a"), cancelled(services, "sweep-b")
     code, out = cli(services, "rm", "--status", "running")

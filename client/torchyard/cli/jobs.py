@@ -141,11 +141,12 @@ def list_jobs(
     label: Annotated[list[str], typer.Option("--label", "-l", help="key=value; repeat to require several.")] = [],  # noqa: B006
     limit: Annotated[int, typer.Option("--limit", "-n", min=1, max=500, help="How many, newest first.")] = 20,
     all_: Annotated[bool, typer.Option("--all", "-a", help="Every matching job, fetched --limit at a time.")] = False,
+    owner: Annotated[str | None, typer.Option("--owner", "-o", help="(admin) This owner's jobs, or '*' for every owner's.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """List jobs, newest first."""
+    """List jobs, newest first: yours, or (admin) another owner's or everyone's with --owner."""
     client = _settings(ctx).client()
-    filters: dict[str, Any] = {"status": status or None, "name": name, "labels": _parse_pairs(label, "--label")}
+    filters: dict[str, Any] = {"status": status or None, "name": name, "labels": _parse_pairs(label, "--label"), "owner": owner}
     if all_:
         page = JobPage(items=list(client.iter_jobs(**filters, limit=limit)), next_cursor=None)
     else:
@@ -156,7 +157,7 @@ def list_jobs(
     if not page.items:
         console.print("no jobs")
         return
-    console.print(jobs_table(page.items))
+    console.print(jobs_table(page.items, owners=owner is not None))
     if page.next_cursor:
         console.print(f"[dim]showing the newest {len(page.items)}; --limit or --all for more[/]")
 

@@ -92,13 +92,15 @@ def duration(job: Job) -> str:
     return fmt_duration((end - job.started_at).total_seconds())
 
 
-def jobs_table(jobs: list[Job]) -> Table:
+def jobs_table(jobs: list[Job], owners: bool = False) -> Table:
+    """One row a job; ``owners``: with an OWNER column (the admin's list of other owners' jobs)."""
     table = Table(box=None, header_style="bold", pad_edge=False)
-    for col in ("ID", "NAME", "STATUS", "PRI", "STEP", "LOSS", "ATTEMPT", "CREATED", "RAN"):
+    for col in ("ID", *(("OWNER",) if owners else ()), "NAME", "STATUS", "PRI", "STEP", "LOSS", "ATTEMPT", "CREATED", "RAN"):
         table.add_column(col, no_wrap=col in ("ID", "STATUS"), justify="right" if col == "PRI" else "left")
     for job in jobs:
         table.add_row(
-            job.id, Text(job.name), status_markup(job.status), str(job.priority), progress_cell(job),
+            job.id, *((Text(job.owner or ""),) if owners else ()), Text(job.name), status_markup(job.status), str(job.priority),
+            progress_cell(job),
             fmt_metric(shown(job.latest_metrics, "train/loss")),
             f"{job.attempt}/{job.max_attempts}" if job.max_attempts else str(job.attempt), fmt_age(job.created_at), duration(job),
         )

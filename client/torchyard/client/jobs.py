@@ -55,9 +55,12 @@ class JobsApi(CodeBundlesApi):
         return Job.model_validate(self._json("POST", "/v1/jobs", json=body, headers=headers))
 
     def list_jobs(self, *, status: str | list[str] | None = None, name: str | None = None, labels: dict[str, str] | None = None,
-                  limit: int = 50, cursor: str | None = None) -> JobPage:
-        """One page, newest first; pass ``next_cursor`` back as ``cursor`` for the next."""
+                  limit: int = 50, cursor: str | None = None, owner: str | None = None) -> JobPage:
+        """One page, newest first; pass ``next_cursor`` back as ``cursor`` for the next. ``owner`` (the admin key):
+        that owner's jobs, or ``"*"`` for every owner's; without it, the key's own."""
         params: list[tuple[str, str | int]] = [("limit", limit)]
+        if owner:
+            params.append(("owner", owner))
         params += [("status", s) for s in ([status] if isinstance(status, str) else status or [])]
         if name:
             params.append(("name", name))
