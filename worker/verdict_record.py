@@ -13,11 +13,11 @@ import sqlalchemy as sa
 
 from jobs.hosts import gpu_faults
 from jobs.store.models import Attempt, ErrorType, Job, Status, utcnow
-from jobs.store.states import TransitionRefused, requeue, transition, worker_losses
+from jobs.store.states import TransitionRefused, cancelled_by, requeue, transition, worker_losses
 from worker import mlflow_runs
 from worker.lease import Lease
 from worker.outcome import Failure
-from worker.verdicts import Facts, Stop, Verdict
+from worker.verdicts import Facts, Stop, Verdict, Why
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +35,7 @@ def facts(lease: Lease, job: Job, stop: Stop, *, last_phase: str | None, nnodes:
         faulted_before=lease.db(lambda: gpu_faults.faulted_before(session, job.id, job.attempt), "reading earlier faults"),
         fault_patterns=gpu_faults.patterns(settings.gpu_fault_patterns),
         spec=job.spec, ranks=ranks, adjustments=job.adjustments, pause_at=pause_at,
+        cancelled_by=lease.db(lambda: cancelled_by(session, job.id), "reading who cancelled") if stop.why is Why.CANCEL else "user",
     )
 
 

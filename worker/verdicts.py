@@ -81,6 +81,7 @@ class Facts:
     ranks: int = 1
     adjustments: Sequence[Mapping[str, Any]] = ()  # the job's earlier automatic spec changes
     pause_at: str | None = None  # a sweep trial's rung ("steps:N")
+    cancelled_by: str = "user"  # who asked for a cancel (jobs.store.states.cancelled_by)
 
 
 @dataclass(frozen=True)
@@ -110,7 +111,7 @@ def judge(stop: Stop, facts: Facts) -> Verdict:
         return Verdict(None, None, "lost ownership (database unreachable)" if why is Why.DATABASE_UNREACHABLE
                        else "lost ownership")
     if why is Why.CANCEL:
-        return Verdict(Status.CANCELLED, "cancelled", "cancelled by user")
+        return Verdict(Status.CANCELLED, "cancelled", f"cancelled by {facts.cancelled_by}")
     if why is Why.HOST_STOPPING:
         return _preempted("worker stopped (preempted) while preparing the job" if stop.preparing
                           else "worker stopped (preempted); resumes from its checkpoint", code)

@@ -126,7 +126,7 @@ def _detail_response(detail: job_lookup.JobDetail) -> Response:
 
 @router.post("/{job_id}/cancel", response_model=JobOut, summary="Cancel a queued or running job", responses=responses(409))
 def cancel_job(job_id: JobId, principal: PrincipalDep, session: SessionDep, redis: RedisDep) -> JobOut:
-    job = job_control.request_cancel(session, redis, principal.scope, job_id)
+    job = job_control.request_cancel(session, redis, principal.scope, job_id, principal.owner)
     return JobOut.of(job, secrets=job_lookup.secret_names(session, job.id))
 
 

@@ -15,7 +15,7 @@ from jobs.reads.job_lookup import get_job
 from jobs.settings import Settings
 from jobs.storage import job_objects
 from jobs.store.models import Attempt, Checkpoint, IdempotencyKey, Job, JobSecret, MetricPoint, Status, Transition
-from jobs.store.states import TransitionRefused, transition
+from jobs.store.states import TransitionRefused, cancel_requested, transition
 
 log = logging.getLogger(__name__)
 
@@ -24,10 +24,12 @@ class JobConflict(Exception):
     """The request does not fit the job's current status."""
 
 
-def request_cancel(session: Session, redis: Redis, owner: str | None, job_id: str) -> Job:
+def request_cancel(session: Session, redis: Redis, owner: str | None, job_id: str, actor: str) -> Job:
     """Queued: cancelled at once and never runs. Running: ``cancelling``; its supervisor stops
-    the whole process tree and finishes the transition. Terminal: JobConflict."""
+    the whole process tree and finishes the transition. Terminal: JobConflict. The reasons say who asked: ``user``
+    (the job's owner), or the ``actor`` (the admin) cancelling another owner's job."""
     job = get_job(session, owner, job_id)
+    by = "user" if actor == job.owner else actor
     for _ in range(3):
         status = Status(job.status)
         if status is Status.CANCELLING:
@@ -36,8 +38,8 @@ def request_cancel(session: Session, redis: Redis, owner: str | None, job_id: st
             raise JobConflict(f"job {job_id} is already {status.value}")
         try:
             if status is Status.QUEUED:
-                return transition(session, job_id, Status.CANCELLED, expect=[Status.QUEUED], reason="cancelled by user")
-            return transition(session, job_id, Status.CANCELLING, expect=[Status.RUNNING], reason="cancel requested by user")
+                return transition(session, job_id, Status.CANCELLED, expect=[Status.QUEUED], reason=f"cancelled by {by}")
+            return transition(session, job_id, Status.CANCELLING, expect=[Status.RUNNING], reason=cancel_requested(by))
         except TransitionRefused:
             # It moved on (started, finished) while we looked; decide again on the fresh state.
             job = get_job(session, owner, job_id)

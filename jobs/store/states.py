@@ -136,3 +136,19 @@ def worker_losses(session: Session, job_id: str, before_attempt: int) -> int:
     query = sa.select(sa.func.count()).select_from(Attempt).where(
         Attempt.job_id == job_id, Attempt.attempt < before_attempt, Attempt.outcome == "lost")
     return session.exec(query).scalar_one()  # type: ignore[call-overload, no-any-return]
+
+
+_CANCEL_REQUESTED = "cancel requested by "
+
+
+def cancel_requested(by: str) -> str:
+    """The reason of a running job's move to ``cancelling``: who asked, ``user`` (the job's owner) or ``admin``."""
+    return _CANCEL_REQUESTED + by
+
+
+def cancelled_by(session: Session, job_id: str) -> str:
+    """Who asked for the job's cancel, as its last move to ``cancelling`` says; ``user`` where it does not say."""
+    reason = session.exec(sa.select(Transition.reason).where(  # type: ignore[call-overload]
+        Transition.job_id == job_id, Transition.to_status == Status.CANCELLING.value).order_by(Transition.id.desc()).limit(1)).first()  # type: ignore[union-attr]
+    session.commit()
+    return reason[0].removeprefix(_CANCEL_REQUESTED) if reason and reason[0].startswith(_CANCEL_REQUESTED) else "user"

@@ -178,7 +178,7 @@ def cancel(session: Session, redis: Redis, owner: str, sweep_id: str) -> Sweep:
     for trial, status in trials(session, sweep_id):
         if trial.job_id and status in (Status.QUEUED.value, Status.RUNNING.value):
             with contextlib.suppress(job_control.JobConflict):  # it finished meanwhile
-                job_control.request_cancel(session, redis, owner, trial.job_id)
+                job_control.request_cancel(session, redis, owner, trial.job_id, owner)
         if trial.state not in ENDED and trial.state != "stopped":
             session.exec(sa.update(SweepTrial).where(SweepTrial.sweep_id == sweep_id, SweepTrial.number == trial.number)  # type: ignore[call-overload]
                          .values(state="cancelled", updated_at=utcnow()))

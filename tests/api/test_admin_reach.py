@@ -33,6 +33,9 @@ def test_the_admin_reads_and_acts_on_a_tenants_jobs(client: TestClient, settings
     assert client.patch(f"/v1/jobs/{running}", json={"priority": 95}).json()["priority"] == 95  # above alice's 50
     assert client.post(f"/v1/jobs/{running}/cancel").json()["status"] == "cancelling"
     assert client.post(f"/v1/jobs/{waiting}/cancel").json()["status"] == "cancelled"
+    # alice's history says who did it.
+    assert client.get(f"/v1/jobs/{running}", headers=alice).json()["transitions"][-1]["reason"] == "cancel requested by admin"
+    assert client.get(f"/v1/jobs/{waiting}", headers=alice).json()["transitions"][-1]["reason"] == "cancelled by admin"
     assert client.delete(f"/v1/jobs/{waiting}").status_code == 204
     assert client.get(f"/v1/jobs/{waiting}", headers=alice).status_code == 404
 
@@ -48,6 +51,10 @@ def test_the_admin_reads_and_acts_on_a_tenants_jobs(client: TestClient, settings
         session.exec(sa.update(Job).where(Job.id == running).values(status="cancelled"))  # type: ignore[call-overload]
         session.commit()
     assert client.post(f"/v1/jobs/{running}/retry").status_code == 404
+    # The owner's own cancel says so too.
+    own = client.post("/v1/jobs", json=mlp_spec(name="alices-own"), headers=alice).json()["id"]
+    client.post(f"/v1/jobs/{own}/cancel", headers=alice)
+    assert client.get(f"/v1/jobs/{own}", headers=alice).json()["transitions"][-1]["reason"] == "cancelled by user"
 
 
 def test_a_tenant_reaches_neither_another_owners_jobs_nor_their_list(client: TestClient) -> None:

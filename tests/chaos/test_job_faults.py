@@ -57,13 +57,16 @@ def test_timeout_and_cancel_stop_every_process(services: Services) -> None:
     services.start_worker("b", **faults(slow(0.2)))
     with services.client() as client:
         too_long = client.post("/v1/jobs", json=spec(200, timeout_s=6)).json()["id"]
-        cancelled = client.post("/v1/jobs", json=spec(200)).json()["id"]
+        alice = client.post("/v1/keys", json={"owner": "alice", "name": "a"}).json()["key"]
+        cancelled = client.post("/v1/jobs", json=spec(200), headers={"Authorization": f"Bearer {alice}"}).json()["id"]
         wait_step(services, client, cancelled, 3)
+        # The admin cancels alice's job: the job's history says who asked, to its end.
         assert client.post(f"/v1/jobs/{cancelled}/cancel").json()["status"] == "cancelling"
         stopped = services.wait_status(client, cancelled, TERMINAL, timeout_s=60)
         timed_out = services.wait_status(client, too_long, TERMINAL, timeout_s=60)
 
         assert stopped["status"] == "cancelled"
+        assert [t["reason"] for t in stopped["transitions"]][-2:] == ["cancel requested by admin", "cancelled by admin"]
         assert marked_processes(cancelled) == []
         # SIGTERM gave the trainer time to save where it stopped.
         saved = client.get(f"/v1/jobs/{cancelled}/checkpoints").json()["items"]

@@ -80,7 +80,7 @@ def facts(draw: st.DrawFn) -> Facts:
         nnodes=draw(st.integers(1, 3)), earlier_losses=draw(st.integers(0, 5)), max_worker_losses=draw(st.integers(0, 4)),
         placement=placement, faulted_before=frozenset(draw(st.sets(st.sampled_from(gpus)))) if gpus else frozenset(),
         fault_patterns=PATTERNS, spec=draw(st.sampled_from([{}, AUTO_MICRO_BATCH])), ranks=draw(st.sampled_from([1, 2, 4, 64])),
-        pause_at=draw(st.none() | st.just("steps:10")),
+        pause_at=draw(st.none() | st.just("steps:10")), cancelled_by=draw(st.sampled_from(["user", "admin"])),
     )
 
 
@@ -110,7 +110,7 @@ def test_every_verdict_is_a_move_the_state_machine_allows_from_running(stop: Sto
 @given(st.data(), facts())
 def test_a_cancel_always_ends_cancelled(data: st.DataObject, job: Facts) -> None:
     verdict = judge(data.draw(stops(Why.CANCEL)), job)
-    assert (verdict.status, verdict.outcome, verdict.reason) == (Status.CANCELLED, "cancelled", "cancelled by user")
+    assert (verdict.status, verdict.outcome, verdict.reason) == (Status.CANCELLED, "cancelled", f"cancelled by {job.cancelled_by}")
 
 
 @SETTINGS
