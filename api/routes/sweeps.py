@@ -120,12 +120,12 @@ def list_sweeps(principal: PrincipalDep, session: SessionDep, limit: Annotated[i
 @router.get("/{sweep_id}", response_model=SweepOut, summary="One sweep: its trials, their parameters, metric, rung and state, "
                                                              "and the best trial so far")
 def get_sweep(sweep_id: SweepId, principal: PrincipalDep, session: SessionDep) -> SweepOut:
-    row = store.get(session, principal.owner, sweep_id)
+    row = store.get(session, principal.scope, sweep_id)
     return SweepOut.of(row, store.trials(session, sweep_id))
 
 
 @router.post("/{sweep_id}/cancel", response_model=SweepOut, responses=responses(409),
              summary="Cancel a sweep: no more trials, and every queued or running trial is cancelled")
 def cancel_sweep(sweep_id: SweepId, principal: PrincipalDep, session: SessionDep, redis: RedisDep) -> SweepOut:
-    row = store.cancel(session, redis, principal.owner, sweep_id)
+    row = store.cancel(session, redis, principal.scope, sweep_id, principal.owner)
     return SweepOut.of(row, store.trials(session, sweep_id))

@@ -132,9 +132,10 @@ def _by_key(session: Session, owner: str, key: str, digest: str) -> Sweep | None
     return row
 
 
-def get(session: Session, owner: str, sweep_id: str) -> Sweep:
+def get(session: Session, owner: str | None, sweep_id: str) -> Sweep:
+    """``owner``'s sweep (None: any owner's, the admin's reach)."""
     row = session.get(Sweep, sweep_id, populate_existing=True)
-    if row is None or row.owner != owner:
+    if row is None or not job_lookup.readable(row.owner, owner):
         raise SweepNotFound(sweep_id)  # another owner's sweep is indistinguishable from a missing one
     return row
 
@@ -162,26 +163,28 @@ def list_sweeps(session: Session, owner: str, *, limit: int = 50, cursor: str | 
     return SweepPage(rows, cursors.job_cursor(rows[-1].id) if more else None)
 
 
-def cancel(session: Session, redis: Redis, owner: str, sweep_id: str) -> Sweep:
-    """Stop the sweep: no more trials, and every trial still queued or running is cancelled."""
+def cancel(session: Session, redis: Redis, owner: str | None, sweep_id: str, actor: str) -> Sweep:
+    """Stop the sweep: no more trials, and every trial still queued or running is cancelled. The reasons name the
+    ``actor`` where it is not the sweep's owner (the admin)."""
     row = get(session, owner, sweep_id)
+    message = "cancelled by user" if actor == row.owner else f"cancelled by {actor}"
     if row.status != ACTIVE:
         raise job_control.JobConflict(f"sweep {sweep_id} is already {row.status}")
     done = session.exec(sa.update(Sweep).where(Sweep.id == sweep_id, Sweep.status == ACTIVE).values(  # type: ignore[call-overload]
-        status="cancelled", finished_at=utcnow(), updated_at=utcnow(), message="cancelled by user")).rowcount == 1
+        status="cancelled", finished_at=utcnow(), updated_at=utcnow(), message=message)).rowcount == 1
     if done:
         webhook_events.record_sweep(session, sweep_id=sweep_id, name=row.name, owner=row.owner, status="cancelled",
-                                    message="cancelled by user", best_trial=row.best_trial, best_value=row.best_value)
+                                    message=message, best_trial=row.best_trial, best_value=row.best_value)
     session.commit()
     if not done:
         raise job_control.JobConflict(f"sweep {sweep_id} finished meanwhile")
     for trial, status in trials(session, sweep_id):
         if trial.job_id and status in (Status.QUEUED.value, Status.RUNNING.value):
             with contextlib.suppress(job_control.JobConflict):  # it finished meanwhile
-                job_control.request_cancel(session, redis, owner, trial.job_id, owner)
+                job_control.request_cancel(session, redis, owner, trial.job_id, actor)
         if trial.state not in ENDED and trial.state != "stopped":
             session.exec(sa.update(SweepTrial).where(SweepTrial.sweep_id == sweep_id, SweepTrial.number == trial.number)  # type: ignore[call-overload]
                          .values(state="cancelled", updated_at=utcnow()))
     session.commit()
-    log.info("sweep %s cancelled by %s", sweep_id, owner)
+    log.info("sweep %s of %s cancelled by %s", sweep_id, row.owner, actor)
     return get(session, owner, sweep_id)

@@ -1,4 +1,5 @@
-"""/v1/sweeps without processes: what a bad sweep answers, owner scoping, trials created as labelled jobs, cancel."""
+"""/v1/sweeps without processes: what a bad sweep answers, owner scoping (the admin reaches every owner's), trials
+created as labelled jobs, cancel."""
 
 from __future__ import annotations
 
@@ -99,6 +100,24 @@ def test_another_owners_sweep_is_404(client: TestClient, settings: Settings) -> 
     controller_pass(settings)
     assert {j["owner"] for j in client.get("/v1/jobs", headers=alice).json()["items"]} == {"alice"}
     assert client.get("/v1/jobs", headers=bob).json()["items"] == []
+
+
+def test_the_admin_stops_a_tenants_sweep_and_its_trials(client: TestClient, settings: Settings) -> None:
+    alice = key_headers(client, "alice")
+    sweep_id = client.post("/v1/sweeps", json=grid_sweep(), headers=alice).json()["id"]
+    controller_pass(settings)
+    assert client.get(f"/v1/sweeps/{sweep_id}").json()["owner"] == "alice"
+    stopped = client.post(f"/v1/sweeps/{sweep_id}/cancel")
+    assert stopped.status_code == 200 and stopped.json()["status"] == "cancelled", stopped.text
+    controller_pass(settings)  # no trial after the cancel
+    seen = client.get(f"/v1/sweeps/{sweep_id}", headers=alice).json()
+    assert seen["status"] == "cancelled" and seen["message"] == "cancelled by admin", seen
+    trials = client.get("/v1/jobs", params={"label": f"torchyard/sweep={sweep_id}"}, headers=alice).json()["items"]
+    assert len(trials) == 2
+    for job in trials:
+        assert job["status"] == "cancelled"
+        detail = client.get(f"/v1/jobs/{job['id']}", headers=alice).json()
+        assert detail["transitions"][-1]["reason"] == "cancelled by admin"
 
 
 def test_a_repeated_creation_with_one_idempotency_key_makes_one_sweep(client: TestClient) -> None:
