@@ -55,9 +55,10 @@ export async function api(path, { method = "GET", headers = {}, body, signal, ra
   return raw ? res : res.json();
 }
 
-// A 404 whose detail is the framework's bare "Not Found" means the route itself is missing (an API
-// version without that endpoint); a missing job says "job ... not found".
-export const routeMissing = (err) => err instanceof ApiError && err.status === 404 && /^not found$/i.test(err.detail || "");
+// A 404 whose detail is the framework's bare "Not Found", or this API's "no such path in this API", means the route
+// itself is missing (an API version without that endpoint); a missing job says "job ... not found".
+export const routeMissing = (err) =>
+  err instanceof ApiError && err.status === 404 && /^(not found|no such path in this api\b.*)$/i.test(err.detail || "");
 
 // Errors a view's loop ends on quietly: its view was left (abort) or the key was refused (the login shows).
 export const quiet = (err) => err.name === "AbortError" || err.status === 401;

@@ -1,6 +1,7 @@
 """The dashboard's other views in headless Chromium against a live service: the hosts grid with a running job's id in
-its GPU cell, a finished script job whose empty panels say so and whose bar is full, a retried job's link to the job it
-resumed from with the step, and the compare view's spec diff of a catalog job beside a script job without unset noise."""
+its GPU cell (a tenant's job named too, for the admin), a finished script job whose empty panels say so and whose bar
+is full, a retried job's link to the job it resumed from with the step, and the compare view's spec diff of a catalog
+job beside a script job without unset noise."""
 
 from __future__ import annotations
 
@@ -34,8 +35,8 @@ def database_url(sqlite_url: str) -> str:
     return sqlite_url
 
 
-def submit(client: httpx.Client, spec: dict[str, Any]) -> str:
-    resp = client.post("/v1/jobs", json=spec)
+def submit(client: httpx.Client, spec: dict[str, Any], headers: dict[str, str] | None = None) -> str:
+    resp = client.post("/v1/jobs", json=spec, headers=headers)
     assert resp.status_code == 201, resp.text
     return resp.json()["id"]
 
@@ -56,6 +57,10 @@ def test_hosts_lineage_finished_panels_and_spec_diff(services: Services, playwri
     with services.client() as client:
         held = submit(client, {"kind": "script", "name": "holds-a-gpu", "entrypoint": "wait.py", "args": [str(release)],
                                "parallel": {"nproc_per_node": 1, "device": "cuda"}})
+        alice = {"Authorization": f"Bearer {client.post('/v1/keys', json={'owner': 'alice', 'name': 'a'}).json()['key']}"}
+        hers = submit(client, {"kind": "script", "name": "alices-gpu", "entrypoint": "wait.py", "args": [str(release)],
+                               "parallel": {"nproc_per_node": 1, "device": "cuda"}}, headers=alice)
+        services.wait_status(client, hers, {"running"}, timeout_s=60)
         script = submit(client, {"kind": "script", "name": "hello", "entrypoint": "hello.py", "parallel": {"device": "cpu"}})
         catalog = submit(client, CATALOG)
         services.wait_status(client, held, {"running"}, timeout_s=60)
@@ -76,6 +81,7 @@ def test_hosts_lineage_finished_panels_and_spec_diff(services: Services, playwri
         seen = json.loads(lines[-1])
         assert run.returncode == 0 and "error" not in seen, f"{seen.get('error')}\n{run.stderr}\nscreenshots in {shots}"
         services.wait_status(client, held, {"succeeded", "cancelled", "failed"}, timeout_s=60)
+        services.wait_status(client, hers, {"succeeded", "cancelled", "failed"}, timeout_s=60)
 
     # The job list: succeeded jobs full (the script job has no step count at all), the running one empty; each
     # job's priority (the default, 50).
@@ -86,14 +92,17 @@ def test_hosts_lineage_finished_panels_and_spec_diff(services: Services, playwri
     assert seen["rows"]["catalog"]["priority"] == "50"
     assert len(set(seen["barWidths"])) == 1, seen["barWidths"]  # "8/8" and "–" labels: bars of one width
 
-    # Hosts: GPU 0 holds the waiting job, named, and links to it; GPU 1 is free; the CPU slots and last report shown.
+    # Hosts: GPU 0 holds the waiting job, named, and links to it; GPU 1 alice's, named for the admin too; the CPU slots
+    # and last report shown.
     assert seen["gpus"][0] == {"index": "0", "state": "held", "text": f"GPU 0holds-a-gpu{held}", "link": f"#/jobs/{held}"}
-    assert seen["gpus"][1]["state"] == "free" and seen["gpus"][1]["link"] is None
-    assert "1/2 GPUs in use" in seen["hostMeta"] and "CPU slots 0/2 used" in seen["hostMeta"] and "last seen" in seen["hostMeta"]
+    assert seen["gpus"][1] == {"index": "1", "state": "held", "text": f"GPU 1alices-gpu{hers}", "link": f"#/jobs/{hers}"}
+    assert "2/2 GPUs in use" in seen["hostMeta"] and "CPU slots 0/2 used" in seen["hostMeta"] and "last seen" in seen["hostMeta"]
 
-    # Usage: the admin's row, GPU-hours from the attempts (the held job's GPU and the finished jobs' CPU slots), drawn.
-    assert [r["owner"] for r in seen["usage"]["rows"]] == ["admin"] and seen["usage"]["owners"] == "admin"
-    assert seen["usage"]["points"] >= 1 and float(seen["usage"]["rows"][0]["cells"][1]) > 0, seen["usage"]
+    # Usage: every owner's row for the admin, GPU-hours from the attempts (the held jobs' GPUs and the finished jobs'
+    # CPU slots), drawn.
+    rows = {r["owner"]: r["cells"] for r in seen["usage"]["rows"]}
+    assert sorted(rows) == ["admin", "alice"] and "admin" in seen["usage"]["owners"], seen["usage"]
+    assert seen["usage"]["points"] >= 1 and float(rows["admin"][1]) > 0, seen["usage"]
 
     # The finished script job: no panel waits for metrics; the ones without data say it has none.
     assert all(p["text"] is None or "waiting" not in p["text"] for p in seen["panels"]), seen["panels"]
