@@ -9,7 +9,8 @@ from fastapi import APIRouter, HTTPException, Path, Request, Response
 from api.auth import ADMIN_OWNER, AdminDep, key_cache
 from api.deps import SessionDep, SettingsDep
 from api.errors import responses
-from api.schemas import KeyCreate, KeyCreated, KeyList, KeyOut
+from api.request_bodies import KeyCreate
+from api.schemas import KeyCreated, KeyList, KeyOut
 from jobs.infra import keys
 from jobspec.spec import SpecError, SpecProblem
 

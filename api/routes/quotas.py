@@ -9,7 +9,8 @@ from fastapi import APIRouter, HTTPException, Path, Response
 from api.auth import ADMIN_OWNER, AdminDep, PrincipalDep
 from api.deps import SessionDep
 from api.errors import responses
-from api.schemas import QuotaIn, QuotaList, QuotaOut
+from api.request_bodies import QuotaIn
+from api.schemas import QuotaList, QuotaOut
 from jobs.scheduling import quotas
 from jobspec.spec import NAME_PATTERN
 
@@ -19,8 +20,7 @@ Owner = Annotated[str, Path(pattern=NAME_PATTERN, max_length=64, description="Th
 
 @router.get("", response_model=QuotaList, summary="Quotas and what each owner holds now (a tenant sees its own)")
 def list_quotas(principal: PrincipalDep, session: SessionDep) -> QuotaList:
-    owner = principal.scope
-    return QuotaList(items=[QuotaOut.model_validate(u, from_attributes=True) for u in quotas.usage(session, owner)])
+    return QuotaList(items=[QuotaOut.model_validate(u, from_attributes=True) for u in quotas.usage(session, principal.scope)])
 
 
 @router.put("/{owner}", response_model=QuotaOut, responses=responses(403),
