@@ -23,6 +23,7 @@ from jobs.infra import keys
 from jobs.settings import Settings
 
 ADMIN_OWNER = "admin"
+EVERY_OWNER = "*"  # a list's owner= for every owner's
 _bearer = HTTPBearer(
     auto_error=False,
     description="An API key from POST /v1/keys, or the admin token from TORCHYARD_ADMIN_TOKEN.",
@@ -43,6 +44,15 @@ class Principal:
         (None) for the admin, who runs the box: a tenant's job holding a GPU is one the admin can look at, cancel,
         reprioritise and delete."""
         return None if self.is_admin else self.owner
+
+    def listed_owner(self, owner: str | None) -> str | None:
+        """Whose jobs a list shows for ``owner=`` (None: every owner's): the key's own by default; the admin may name an
+        owner or ``*``; any other key only its own (403)."""
+        if owner is None:
+            return self.owner
+        if not self.is_admin and owner != self.owner:
+            raise HTTPException(403, "only the admin key lists another owner's jobs")
+        return None if owner == EVERY_OWNER else owner
 
     def queue_problem(self, queue: str) -> str | None:
         return keys.queue_problem(list(self.queues) if self.queues is not None else None, queue)

@@ -19,7 +19,7 @@ from typing import Any
 from jobs.hosts import gpu_faults
 from jobs.hosts.placement import node_label
 from jobs.store.models import ErrorType, Status
-from jobs.store.states import loss_forgiven
+from jobs.store.states import cancelled, loss_forgiven
 from jobspec.exit_codes import PAUSED_PHASE
 from worker import oom
 from worker.executors.base import Phase, RankState, engine_verdict
@@ -111,7 +111,7 @@ def judge(stop: Stop, facts: Facts) -> Verdict:
         return Verdict(None, None, "lost ownership (database unreachable)" if why is Why.DATABASE_UNREACHABLE
                        else "lost ownership")
     if why is Why.CANCEL:
-        return Verdict(Status.CANCELLED, "cancelled", f"cancelled by {facts.cancelled_by}")
+        return Verdict(Status.CANCELLED, "cancelled", cancelled(facts.cancelled_by))
     if why is Why.HOST_STOPPING:
         return _preempted("worker stopped (preempted) while preparing the job" if stop.preparing
                           else "worker stopped (preempted); resumes from its checkpoint", code)

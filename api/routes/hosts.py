@@ -20,19 +20,16 @@ router = APIRouter(tags=["hosts"])
 @router.get("/v1/queue", response_model=QueueList,
             summary="Queued jobs in the order the scheduler considers them, each with why it waits (a tenant sees its own)")
 def list_queue(principal: PrincipalDep, session: SessionDep) -> QueueList:
-    owner = principal.scope
-    return QueueList(items=[QueuedOut.model_validate(q) for q in scheduler.queued_in_order(session, owner)])
+    return QueueList(items=[QueuedOut.model_validate(q) for q in scheduler.queued_in_order(session, principal.scope)])
 
 
 @router.get("/v1/hosts", response_model=HostList, summary="List hosts with their GPUs and CPU slots; another owner's jobs show as busy")
 def list_hosts(principal: PrincipalDep, session: SessionDep, settings: SettingsDep) -> HostList:
-    viewer = principal.scope
-    return HostList(items=[HostOut.model_validate(h) for h in hosts.list_hosts(session, settings.lease_ttl_s, viewer)])
+    return HostList(items=[HostOut.model_validate(h) for h in hosts.list_hosts(session, settings.lease_ttl_s, principal.scope)])
 
 
 def _detail(principal: PrincipalDep, session: SessionDep, settings: SettingsDep, host_id: str) -> HostDetail:
-    viewer = principal.scope
-    found = [h for h in hosts.list_hosts(session, settings.lease_ttl_s, viewer) if h["id"] == host_id]
+    found = [h for h in hosts.list_hosts(session, settings.lease_ttl_s, principal.scope) if h["id"] == host_id]
     if not found:
         raise HTTPException(404, f"no host {host_id!r} has registered")
     return HostDetail.model_validate({**found[0], "history": host_states.history(session, host_id)})

@@ -6,16 +6,17 @@ import re
 from pathlib import PurePath
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Header, HTTPException, Path, Query, Request, Response
+from fastapi import APIRouter, Body, Header, Path, Query, Request, Response
 from fastapi.responses import StreamingResponse
 from pydantic import StringConstraints
 
 from api import ranges
-from api.auth import PrincipalDep
+from api.auth import EVERY_OWNER, PrincipalDep
 from api.deps import JobId, RedisDep, SessionDep, SettingsDep
 from api.errors import invalid, responses
 from api.job_reader import JobReader
-from api.schemas import CheckpointList, CheckpointOut, JobList, JobOut, JobUpdate, MetricList, MetricOut
+from api.request_bodies import JobUpdate
+from api.schemas import CheckpointList, CheckpointOut, JobList, JobOut, MetricList, MetricOut
 from jobs.code_bundles import files as bundles
 from jobs.lifecycle import job_control, submission
 from jobs.reads import checkpoint_archive, cursors, job_lookup, job_pages, weights_file
@@ -80,8 +81,7 @@ def _labels(label: list[str]) -> dict[str, str]:
     return pairs
 
 
-EVERY_OWNER = "*"
-EVERY_OWNER_OR_NAME = rf"^(\*|{NAME_PATTERN.strip('^$')})$"
+EVERY_OWNER_OR_NAME = rf"^({re.escape(EVERY_OWNER)}|{NAME_PATTERN.strip('^$')})$"
 
 
 @router.get("", response_model=JobList, responses=responses(403), summary="List jobs, newest first")
@@ -97,11 +97,9 @@ def list_jobs(
     owner: Annotated[str | None, Query(pattern=EVERY_OWNER_OR_NAME, description="The admin: this owner's jobs, or * for "
                                        "every owner's (default: the key's own). Another key may name only its own owner.")] = None,
 ) -> JobList:
-    if owner is not None and not principal.is_admin and owner != principal.owner:
-        raise HTTPException(403, "only the admin key lists another owner's jobs")
-    listed = principal.owner if owner is None else None if owner == EVERY_OWNER else owner
     try:
-        page = job_pages.list_jobs(session, listed, status=status, name=name, labels=_labels(label), limit=limit, cursor=cursor)
+        page = job_pages.list_jobs(session, principal.listed_owner(owner), status=status, name=name, labels=_labels(label),
+                                   limit=limit, cursor=cursor)
     except cursors.MalformedCursor as exc:
         raise invalid("query", "cursor", str(exc)) from exc
     return JobList(items=[JobOut.summary(j) for j in page.items], next_cursor=page.next_cursor)

@@ -43,9 +43,8 @@ def get_usage(principal: PrincipalDep, session: SessionDep,
                                   Query(description="owner, day, or owner,day")] = "owner",
               accept: Annotated[str | None, Header(include_in_schema=False)] = None) -> Response:
     groups = usage.parse_group_by(group_by)  # the Literal above admits only what it parses
-    owner = principal.scope
     now = utcnow()
-    rows = usage.summarize(usage.read_spans(session, owner, start, end), start, end, now, groups)
+    rows = usage.summarize(usage.read_spans(session, principal.scope, start, end), start, end, now, groups)
     items = [r.as_dict(groups) for r in rows]
     if accept and CSV in accept:
         out = io.StringIO()

@@ -15,7 +15,7 @@ from jobs.reads.job_lookup import get_job
 from jobs.settings import Settings
 from jobs.storage import job_objects
 from jobs.store.models import Attempt, Checkpoint, IdempotencyKey, Job, JobSecret, MetricPoint, Status, Transition
-from jobs.store.states import TransitionRefused, cancel_requested, transition
+from jobs.store.states import TransitionRefused, cancel_requested, cancelled, canceller, transition
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +29,7 @@ def request_cancel(session: Session, redis: Redis, owner: str | None, job_id: st
     the whole process tree and finishes the transition. Terminal: JobConflict. The reasons say who asked: ``user``
     (the job's owner), or the ``actor`` (the admin) cancelling another owner's job."""
     job = get_job(session, owner, job_id)
-    by = "user" if actor == job.owner else actor
+    by = canceller(actor, job.owner)
     for _ in range(3):
         status = Status(job.status)
         if status is Status.CANCELLING:
@@ -38,7 +38,7 @@ def request_cancel(session: Session, redis: Redis, owner: str | None, job_id: st
             raise JobConflict(f"job {job_id} is already {status.value}")
         try:
             if status is Status.QUEUED:
-                return transition(session, job_id, Status.CANCELLED, expect=[Status.QUEUED], reason=f"cancelled by {by}")
+                return transition(session, job_id, Status.CANCELLED, expect=[Status.QUEUED], reason=cancelled(by))
             return transition(session, job_id, Status.CANCELLING, expect=[Status.RUNNING], reason=cancel_requested(by))
         except TransitionRefused:
             # It moved on (started, finished) while we looked; decide again on the fresh state.
@@ -52,7 +52,7 @@ def set_priority(session: Session, owner: str | None, job_id: str, priority: int
     and may preempt lower-priority jobs; a running one may preempt or be preempted by it. Otherwise JobConflict."""
     job = get_job(session, owner, job_id)
     if job.status not in _PRIORITY_CHANGES:
-        raise JobConflict(f"job {job_id} is {job.status}; only a queued or running job's priority can change")
+        raise _no_priority_change(job)
     before = job.priority
     # Guarded on the status: a job that finished (or began cancelling) since the read keeps what it ran with.
     changed = session.exec(sa.update(Job).where(Job.id == job_id, Job.status.in_(_PRIORITY_CHANGES))  # type: ignore[call-overload, attr-defined]
@@ -60,7 +60,7 @@ def set_priority(session: Session, owner: str | None, job_id: str, priority: int
     if changed.rowcount != 1:
         session.rollback()
         session.refresh(job)
-        raise JobConflict(f"job {job_id} is {job.status}; only a queued or running job's priority can change")
+        raise _no_priority_change(job)
     session.commit()
     session.refresh(job)
     log.info("job %s of %s: priority %d -> %d%s", job_id, job.owner, before, priority, "" if owner else " by the admin")
@@ -68,6 +68,10 @@ def set_priority(session: Session, owner: str | None, job_id: str, priority: int
 
 
 _PRIORITY_CHANGES = (Status.QUEUED.value, Status.RUNNING.value)
+
+
+def _no_priority_change(job: Job) -> JobConflict:
+    return JobConflict(f"job {job.id} is {job.status}; only a queued or running job's priority can change")
 
 
 def delete_job(session: Session, settings: Settings, owner: str | None, job_id: str) -> None:

@@ -141,9 +141,19 @@ def worker_losses(session: Session, job_id: str, before_attempt: int) -> int:
 _CANCEL_REQUESTED = "cancel requested by "
 
 
+def canceller(actor: str, owner: str) -> str:
+    """Who a cancel's reasons name: ``user`` for the owner's own, else the ``actor`` (the admin)."""
+    return "user" if actor == owner else actor
+
+
 def cancel_requested(by: str) -> str:
-    """The reason of a running job's move to ``cancelling``: who asked, ``user`` (the job's owner) or ``admin``."""
+    """The reason of a running job's move to ``cancelling``: who asked (``canceller``)."""
     return _CANCEL_REQUESTED + by
+
+
+def cancelled(by: str) -> str:
+    """The reason of a job's (or a sweep's) move to ``cancelled``."""
+    return f"cancelled by {by}"
 
 
 def cancelled_by(session: Session, job_id: str) -> str:

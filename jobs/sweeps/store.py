@@ -24,6 +24,7 @@ from sqlmodel import Session
 from jobs.lifecycle import job_control, submission
 from jobs.reads import cursors, job_lookup
 from jobs.store.models import Job, Status, Sweep, SweepTrial, utcnow
+from jobs.store.states import cancelled, canceller
 from jobs.sweeps.sampling import params_of
 from jobs.sweeps.spec import Choice, IntRange, SweepSpec, set_path, trial_spec
 from jobs.webhooks import events as webhook_events
@@ -167,7 +168,7 @@ def cancel(session: Session, redis: Redis, owner: str | None, sweep_id: str, act
     """Stop the sweep: no more trials, and every trial still queued or running is cancelled. The reasons name the
     ``actor`` where it is not the sweep's owner (the admin)."""
     row = get(session, owner, sweep_id)
-    message = "cancelled by user" if actor == row.owner else f"cancelled by {actor}"
+    message = cancelled(canceller(actor, row.owner))
     if row.status != ACTIVE:
         raise job_control.JobConflict(f"sweep {sweep_id} is already {row.status}")
     done = session.exec(sa.update(Sweep).where(Sweep.id == sweep_id, Sweep.status == ACTIVE).values(  # type: ignore[call-overload]

@@ -53,8 +53,6 @@ def retry(
         _follow_and_exit(client, job, as_json)
 
 
-
-
 @app.command()
 @handles_errors
 def priority(
